@@ -1,0 +1,75 @@
+"""The environment the audit ran in: versions, devices, CPU features and performance flags."""
+
+from __future__ import annotations
+
+import os
+import platform
+
+import torch
+
+from advisor.evidence import Environment
+
+
+def _cpu_info() -> tuple[str, set[str]]:
+    model, flags = platform.processor() or "", set()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            for line in handle:
+                key, _, value = line.partition(":")
+                key = key.strip()
+                if key == "model name" and not model:
+                    model = value.strip()
+                elif key == "flags" and not flags:
+                    flags = set(value.split())
+                if model and flags:
+                    break
+    except OSError:
+        pass
+    return model, flags
+
+
+def capture_environment(device: torch.device) -> Environment:
+    """Read after the model file ran: user code may change these flags at import time."""
+    cpu_model, flags = _cpu_info()
+    try:
+        available = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        available = os.cpu_count() or 0
+    env = Environment(
+        python=platform.python_version(),
+        platform=platform.platform(),
+        torch_version=torch.__version__,
+        cuda_version=torch.version.cuda,
+        cpu_model=cpu_model,
+        cpu_cores_logical=os.cpu_count() or 0,
+        cpu_cores_available=available,
+        cpu_capability=_cpu_capability(),
+        cpu_native_bf16=bool(flags & {"avx512_bf16", "amx_bf16"}),
+        cpu_amx=bool(flags & {"amx_bf16", "amx_tile"}),
+        torch_threads=torch.get_num_threads(),
+        torch_interop_threads=torch.get_num_interop_threads(),
+        omp_num_threads=os.environ.get("OMP_NUM_THREADS"),
+        cudnn_enabled=torch.backends.cudnn.enabled,
+        cudnn_benchmark=torch.backends.cudnn.benchmark,
+        cudnn_deterministic=torch.backends.cudnn.deterministic,
+        tf32_matmul=torch.backends.cuda.matmul.allow_tf32,
+        tf32_cudnn=torch.backends.cudnn.allow_tf32,
+        float32_matmul_precision=torch.get_float32_matmul_precision(),
+        deterministic_algorithms=torch.are_deterministic_algorithms_enabled(),
+        anomaly_detection=torch.is_anomaly_enabled(),
+        device_name=cpu_model,
+    )
+    if device.type == "cuda":
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        env.device_name = torch.cuda.get_device_name(index)
+        env.gpu_capability = tuple(torch.cuda.get_device_capability(index))
+        env.gpu_count = torch.cuda.device_count()
+        env.cudnn_version = torch.backends.cudnn.version()
+    return env
+
+
+def _cpu_capability() -> str:
+    try:
+        return torch.backends.cpu.get_cpu_capability()
+    except AttributeError:  # torch < 2.1
+        return ""

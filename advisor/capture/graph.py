@@ -1,0 +1,135 @@
+"""The model's forward as TorchDynamo captures it: nodes with shapes, strides, modules, lines.
+
+``torch.fx.symbolic_trace`` fails on most real models (asserts on sizes, data-dependent
+branches) and can write proxies into a model's attributes; Dynamo traces them, splitting the
+graph where it must, and tells why (the graph breaks). Always run on a deep copy.
+"""
+
+from __future__ import annotations
+
+import logging
+import operator
+import os
+import re
+from typing import Any
+
+import torch
+
+from advisor.evidence import GraphBreak, GraphCapture, GraphNode
+from advisor.target import call_model
+
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>.+)')
+
+
+def capture_graph(model: torch.nn.Module, inputs: Any) -> GraphCapture:
+    """Trace ``model`` (a copy the caller owns) with Dynamo's explain; raise on failure."""
+    import torch._dynamo as dynamo
+
+    for name in ("torch._dynamo", "torch._inductor", "torch.fx.experimental.symbolic_shapes"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    dynamo.reset()
+    try:
+        if isinstance(inputs, dict):
+            explained = dynamo.explain(model)(**inputs)
+        elif isinstance(inputs, (tuple, list)):
+            explained = dynamo.explain(model)(*inputs)
+        else:
+            explained = dynamo.explain(model)(inputs)
+    finally:
+        dynamo.reset()  # later stages must run the model eagerly
+    capture = GraphCapture(method="dynamo", graph_count=len(explained.graphs))
+    for index, graph_module in enumerate(explained.graphs):
+        capture.nodes.extend(_nodes(index, graph_module))
+    seen: dict[tuple[str, str, int], GraphBreak] = {}
+    for reason in explained.break_reasons:
+        found = _graph_break(reason)
+        key = (found.reason, found.file, found.line)
+        if key in seen:
+            seen[key].count += 1
+        else:
+            seen[key] = found
+            capture.breaks.append(found)
+    return capture
+
+
+def _nodes(index: int, graph_module: torch.fx.GraphModule) -> list[GraphNode]:
+    nodes = []
+    for node in graph_module.graph.nodes:
+        value = node.meta.get("example_value")
+        module_path, module_type = _module(node.meta.get("nn_module_stack"))
+        file, line, code = _source(node.meta.get("stack_trace") or "")
+        entry = GraphNode(
+            id=f"g{index}:{node.name}", graph=index, op=node.op, target=target_name(node.target),
+            args=[f"g{index}:{arg.name}" for arg in node.all_input_nodes],
+            module_path=module_path, module_type=module_type, file=file, line=line, code=code,
+        )
+        if isinstance(value, torch.Tensor):
+            _describe_tensor(entry, value)
+        nodes.append(entry)
+    return nodes
+
+
+def _describe_tensor(entry: GraphNode, value: torch.Tensor) -> None:
+    try:
+        entry.shape = [int(s) for s in value.shape]
+        entry.stride = [int(s) for s in value.stride()]
+        entry.dtype = str(value.dtype).replace("torch.", "")
+        entry.contiguous = bool(value.is_contiguous())
+        if value.dim() == 4:
+            entry.channels_last = bool(value.is_contiguous(memory_format=torch.channels_last))
+    except (RuntimeError, TypeError):  # symbolic sizes, sparse layouts
+        pass
+
+
+_OPERATORS = {getattr(operator, n): n for n in ("add", "sub", "mul", "truediv", "floordiv", "matmul",
+                                                   "getitem", "setitem", "neg", "pow", "mod", "iadd", "imul")}
+
+
+def target_name(target: Any) -> str:
+    if isinstance(target, str):
+        return target
+    if target in _OPERATORS:
+        return _OPERATORS[target]
+    name = getattr(target, "__name__", None) or str(target)
+    module = getattr(target, "__module__", None) or ""
+    if module.startswith("torch.nn.functional") or module == "torch._C._nn":
+        return f"F.{name}"
+    if module.startswith("torch"):
+        return f"torch.{name}"
+    return name
+
+
+def _module(stack: dict | None) -> tuple[str, str]:
+    if not stack:
+        return "", ""
+    path, module_type = list(stack.values())[-1]
+    path = re.sub(r"^L\['[^']+'\]\.?", "", str(path))
+    path = re.sub(r"\[\s*'([^']+)'\s*\]", r".\1", path)
+    path = re.sub(r"\[(\d+)\]", r".\1", path)
+    path = re.sub(r"\._modules\.", ".", path).strip(".")
+    name = getattr(module_type, "__qualname__", None) or str(module_type)
+    return path, name
+
+
+def _source(stack_trace: str) -> tuple[str, int, str]:
+    """Innermost frame of the node's stack trace that is not PyTorch's own code."""
+    lines = stack_trace.splitlines()
+    found = ("", 0, "")
+    for i, text in enumerate(lines):
+        match = _FRAME.search(text)
+        if not match or match.group("file").startswith(_TORCH_DIR):
+            continue
+        code = lines[i + 1].strip() if i + 1 < len(lines) else ""
+        found = (match.group("file"), int(match.group("line")), code)
+    return found
+
+
+def _graph_break(reason: Any) -> GraphBreak:
+    text = str(getattr(reason, "reason", reason)).strip()
+    summary = text.splitlines()[0] if text else "graph break"
+    frames = [f for f in getattr(reason, "user_stack", []) or [] if not f.filename.startswith(_TORCH_DIR)]
+    if not frames:
+        return GraphBreak(reason=summary)
+    frame = frames[-1]
+    return GraphBreak(reason=summary, file=frame.filename, line=frame.lineno or 0, code=(frame.line or "").strip())

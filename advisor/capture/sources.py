@@ -1,0 +1,65 @@
+"""Mark each torch call the user's code makes with its file and line, inside the profiler trace.
+
+The profiler's Python events name the function (``model.py(5): forward``, its ``def`` line),
+not the line that called into torch, and calls that run no operator on the CPU (``.tolist()``,
+``.numpy()``) leave no event at all. During advisor's profiling run this mode wraps every
+outermost torch call in ``record_function("advisor.src:<api>@<file>:<line>")``; the Kineto
+parser attributes the operators inside each span to that line.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+from advisor.kineto import SOURCE_ANNOTATION
+
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+_ADVISOR_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+# Attribute reads and metadata queries run no operator; annotating them only adds noise.
+_QUIET = {
+    "__get__", "size", "dim", "shape", "dtype", "device", "is_cuda", "numel", "stride",
+    "is_contiguous", "requires_grad", "grad_fn", "data_ptr", "element_size", "ndimension",
+    "__len__", "__format__", "__repr__", "__hash__", "is_floating_point", "storage_offset",
+}
+
+
+def user_frame(depth: int = 2) -> tuple[str, int] | None:
+    """The innermost frame outside torch and advisor: the user's file and line."""
+    frame = sys._getframe(depth)
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if not (filename.startswith(_TORCH_DIR) or filename.startswith(_ADVISOR_DIR) or filename.startswith("<")):
+            return filename, frame.f_lineno
+        frame = frame.f_back
+    return None
+
+
+def api_name(func: Any) -> str:
+    name = getattr(func, "__qualname__", None) or getattr(func, "__name__", None) or str(func)
+    if name.startswith("_TensorBase.") or name.startswith("TensorBase."):
+        name = "Tensor." + name.split(".", 1)[1]
+    elif name.startswith("_VariableFunctionsClass."):
+        name = "torch." + name.split(".", 1)[1]
+    return name
+
+
+class SourceAnnotator(TorchFunctionMode):
+    """Wraps each outermost torch call from user code in a source-line profiler range."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = api_name(func)
+        if name.rsplit(".", 1)[-1] in _QUIET:
+            return func(*args, **kwargs)
+        where = user_frame(2)
+        if where is None:
+            return func(*args, **kwargs)
+        label = f"{SOURCE_ANNOTATION}{name}@{where[0]}:{where[1]}"
+        with torch.profiler.record_function(label):
+            return func(*args, **kwargs)

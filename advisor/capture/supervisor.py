@@ -1,0 +1,194 @@
+"""Run the capture worker in a child process and survive whatever the user's code does.
+
+Each stage gets ``timeout`` seconds; a stage that runs over is ended (with the child's whole
+process group, loader workers included) and later stages are not attempted. A crash (signal,
+``os.abort()``, ``os._exit``) is reported against the stage that was running. The child's
+stdout and stderr are captured to files and kept, truncated, for the report.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from advisor.capture.worker import STAGES
+from advisor.errors import StageError
+
+OUTPUT_LIMIT = 8000  # characters of the child's stdout/stderr kept for the report
+
+
+@dataclass
+class StageOutcome:
+    stage: str
+    status: str  # ok | error | skipped | not-run
+    seconds: float = 0.0
+    result_path: str | None = None
+    error: StageError | None = None
+    note: str = ""
+
+
+@dataclass
+class CaptureRun:
+    outcomes: dict[str, StageOutcome] = field(default_factory=dict)
+    stdout: str = ""
+    stderr: str = ""
+    workdir: str = ""
+
+    def result(self, stage: str) -> str | None:
+        outcome = self.outcomes.get(stage)
+        if outcome is None or outcome.status != "ok" or outcome.result_path is None:
+            return None
+        with open(outcome.result_path, encoding="utf-8") as handle:
+            return handle.read()
+
+    @property
+    def errors(self) -> list[StageError]:
+        return [o.error for o in self.outcomes.values() if o.error is not None]
+
+
+def run_capture(
+    spec: dict,
+    timeout: float,
+    progress: Callable[[str], None] = lambda text: None,
+    stages: tuple[str, ...] = STAGES,
+) -> CaptureRun:
+    workdir = tempfile.mkdtemp(prefix="advisor-")
+    spec = {**spec, "workdir": workdir, "stages": list(stages)}
+    spec_path = os.path.join(workdir, "spec.json")
+    with open(spec_path, "w", encoding="utf-8") as handle:
+        json.dump(spec, handle)
+    run = CaptureRun(workdir=workdir, outcomes={s: StageOutcome(s, "not-run") for s in stages})
+    stdout_path, stderr_path = os.path.join(workdir, "stdout.txt"), os.path.join(workdir, "stderr.txt")
+    read_fd, write_fd = os.pipe()
+    env = {**os.environ, "ADVISOR_CONTROL_FD": str(write_fd), "PYTHONUNBUFFERED": "1"}
+    env.setdefault("PYTHONWARNINGS", "ignore::DeprecationWarning")
+    with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
+        child = subprocess.Popen(
+            [sys.executable, "-m", "advisor.capture.worker", spec_path],
+            stdin=subprocess.DEVNULL, stdout=out, stderr=err, pass_fds=(write_fd,), env=env,
+            start_new_session=True,  # its own process group: a timeout ends loader workers too
+        )
+    os.close(write_fd)
+    finished = False
+    try:
+        finished = _follow(child, read_fd, run, timeout, progress)
+    finally:
+        os.close(read_fd)
+        _end(child, graceful=finished)
+    run.stdout = _tail(stdout_path)
+    run.stderr = _tail(stderr_path)
+    return run
+
+
+def _follow(child, read_fd, run: CaptureRun, timeout: float, progress) -> bool:
+    """Read the child's reports until it says exit (True), dies or times out (False)."""
+    buffer = b""
+    current: str | None = None
+    started = time.monotonic()
+    while True:
+        remaining = timeout - (time.monotonic() - started)
+        if remaining <= 0:
+            stage = current or "load"
+            _fail_current(run, stage, StageError(
+                stage=stage, kind="timeout",
+                message=f"still running after {timeout:g} s (--timeout); it was stopped and the model was not run again",
+            ), started)
+            return False
+        ready, _, _ = select.select([read_fd], [], [], min(remaining, 1.0))
+        if not ready:
+            continue
+        chunk = os.read(read_fd, 65536)
+        if not chunk:  # the child is gone
+            child.wait(timeout=5)
+            if current is not None or any(o.status == "not-run" for o in run.outcomes.values()):
+                stage = current or next(s for s, o in run.outcomes.items() if o.status == "not-run")
+                _fail_current(run, stage, _crash_error(stage, child.returncode), started)
+            return False
+        buffer += chunk
+        while b"\n" in buffer:
+            line, buffer = buffer.split(b"\n", 1)
+            message = json.loads(line)
+            kind, stage = message["kind"], message.get("stage")
+            if kind == "exit":
+                return True
+            if kind == "start":
+                current, started = stage, time.monotonic()
+                progress(f"{stage} …")
+            elif kind == "progress":
+                progress(f"{stage}: {message['text']}")
+            elif kind == "done":
+                run.outcomes[stage] = StageOutcome(stage, "ok", time.monotonic() - started, message["result"])
+                current = None
+                progress(f"{stage} done ({run.outcomes[stage].seconds:.1f} s)")
+            elif kind == "error":
+                error = StageError.model_validate(message["error"])
+                run.outcomes[stage] = StageOutcome(stage, "error", time.monotonic() - started, error=error)
+                current = None
+                progress(f"{stage} failed")
+            elif kind == "skipped":
+                run.outcomes[stage] = StageOutcome(stage, "skipped", note=message.get("reason", ""))
+                progress(f"{stage} skipped: {message.get('reason', '')}")
+        if current is None:
+            started = time.monotonic()  # time between stages counts against the next one
+
+
+def _fail_current(run: CaptureRun, stage: str, error: StageError, started: float) -> None:
+    run.outcomes[stage] = StageOutcome(stage, "error", time.monotonic() - started, error=error)
+    for name, outcome in run.outcomes.items():
+        if outcome.status == "not-run" and name != stage:
+            outcome.status = "skipped"
+            outcome.note = f"not attempted: the {stage} stage {'timed out' if error.kind == 'timeout' else 'crashed'}"
+
+
+def _crash_error(stage: str, returncode: int | None) -> StageError:
+    if returncode is not None and returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        cause = f"the model process was killed by {name}"
+        if name == "SIGSEGV":
+            cause += " (a segmentation fault, in native code called by the model)"
+        elif name == "SIGABRT":
+            cause += " (os.abort() or a failed native assertion)"
+        elif name == "SIGKILL":
+            cause += " (possibly the system ran out of memory)"
+    else:
+        cause = f"the model process exited with code {returncode} without finishing the stage (os._exit or a native exit)"
+    return StageError(stage=stage, kind="crash", message=cause + "; the model was not run again")
+
+
+def _end(child: subprocess.Popen, graceful: bool) -> None:
+    if graceful and child.poll() is None:
+        try:
+            child.wait(timeout=5)  # a worker that sent "exit" is shutting down
+        except subprocess.TimeoutExpired:
+            pass
+    try:
+        os.killpg(child.pid, signal.SIGKILL)  # leftovers: hung children, loader workers
+    except (ProcessLookupError, PermissionError):
+        pass
+    if child.poll() is None:
+        child.wait()
+
+
+def _tail(path: str) -> str:
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read()
+    except OSError:
+        return ""
+    text = data.decode("utf-8", errors="replace")
+    if len(text) <= OUTPUT_LIMIT:
+        return text
+    half = OUTPUT_LIMIT // 2
+    dropped = len(text) - OUTPUT_LIMIT
+    return f"{text[:half]}\n… [{dropped} characters cut] …\n{text[-half:]}"

@@ -1,0 +1,82 @@
+"""Step timing without the profiler: warm-up, then synchronized repeated steps.
+
+CUDA events on GPU (device time between the step's first and last launch, synchronized);
+``time.perf_counter_ns`` around each step on CPU. Samples are collected until both a minimum
+count and a minimum time are reached (so a transient cannot dominate a fast model), or until
+the maximum count or the time budget runs out.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any, Callable
+
+import torch
+
+from advisor.evidence import Timing
+
+MIN_SAMPLES_SLOW = 3
+
+
+def summarize(samples_ms: list[float], timer: str, warmup: int) -> Timing:
+    ordered = sorted(samples_ms)
+    quartiles = statistics.quantiles(ordered, n=4, method="inclusive") if len(ordered) > 1 else [ordered[0]] * 3
+    mean = statistics.fmean(ordered)
+    spread = statistics.pstdev(ordered) if len(ordered) > 1 else 0.0
+    return Timing(
+        timer=timer, warmup_steps=warmup, samples_ms=samples_ms,
+        median_ms=statistics.median(ordered), p25_ms=quartiles[0], p75_ms=quartiles[2],
+        min_ms=ordered[0], cv=spread / mean if mean > 0 else 0.0,
+    )
+
+
+def time_steps(
+    step: Callable[[], Any],
+    device: torch.device,
+    warmup: int = 3,
+    min_samples: int = 10,
+    max_samples: int = 1000,
+    min_time_s: float = 0.5,
+    budget_s: float = 3.0,
+    on_sample: Callable[[int], None] | None = None,
+) -> Timing:
+    for _ in range(warmup):
+        step()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        timer, measure = "cuda-event", _cuda_event_timer(step, device)
+    else:
+        timer, measure = "perf_counter", _host_timer(step)
+    samples: list[float] = []
+    started = time.perf_counter()
+    while len(samples) < max_samples:
+        samples.append(measure())
+        if on_sample is not None:
+            on_sample(len(samples))
+        elapsed = time.perf_counter() - started
+        if len(samples) >= min_samples and elapsed >= min_time_s:
+            break
+        if len(samples) >= MIN_SAMPLES_SLOW and elapsed >= budget_s:
+            break  # a slow step: a few samples within the budget beat a long wait
+    return summarize(samples, timer, warmup)
+
+
+def _host_timer(step: Callable[[], Any]) -> Callable[[], float]:
+    def measure() -> float:
+        begin = time.perf_counter_ns()
+        step()
+        return (time.perf_counter_ns() - begin) / 1e6
+    return measure
+
+
+def _cuda_event_timer(step: Callable[[], Any], device: torch.device) -> Callable[[], float]:
+    def measure() -> float:
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record()
+        step()
+        end.record()
+        torch.cuda.synchronize(device)
+        return start.elapsed_time(end)
+    return measure

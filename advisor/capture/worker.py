@@ -1,0 +1,193 @@
+"""The child process that runs the user's code, one stage after another.
+
+Started by the supervisor as ``python -m advisor.capture.worker SPEC.json``. It reports on a
+private pipe (fd in ``ADVISOR_CONTROL_FD``), one JSON line per event: ``start``, ``progress``,
+``done`` (with the stage's result file) or ``error``. Its stdout and stderr belong to the
+user's code; the supervisor captures them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import traceback
+from typing import Any, Callable
+
+STAGES = ("load", "env", "timing", "trace", "graph", "data")
+MODEL_STAGES = ("timing", "trace")  # stages that run the whole step
+
+
+class Channel:
+    def __init__(self, fd: int):
+        self._out = os.fdopen(fd, "w", buffering=1, encoding="utf-8", closefd=True)
+
+    def send(self, kind: str, **data: Any) -> None:
+        self._out.write(json.dumps({"kind": kind, **data}) + "\n")
+        self._out.flush()
+
+
+def main(spec_path: str) -> int:
+    channel = Channel(int(os.environ["ADVISOR_CONTROL_FD"]))
+    with open(spec_path, encoding="utf-8") as handle:
+        spec = json.load(handle)
+    workdir = spec["workdir"]
+
+    # Imported after the channel is up, so an import failure is still reported.
+    from advisor.errors import AuditError, StageError
+
+    state: dict[str, Any] = {"spec": spec}
+    step_failed = False
+    for stage in spec.get("stages", STAGES):
+        if stage in MODEL_STAGES and step_failed:
+            channel.send("skipped", stage=stage, reason="the model step already failed in an earlier stage")
+            continue
+        if stage != "load" and "target" not in state:
+            channel.send("skipped", stage=stage, reason="the model file did not load")
+            continue
+        channel.send("start", stage=stage)
+        try:
+            result = STAGE_RUNNERS[stage](state, _throttled(lambda text, s=stage: channel.send("progress", stage=s, text=text)))
+        except AuditError as failure:
+            channel.send("error", stage=stage, error=failure.error.model_dump())
+            step_failed = step_failed or stage in MODEL_STAGES
+            continue
+        except BaseException as unexpected:  # noqa: BLE001 - report, never die silently
+            error = StageError(
+                stage=stage, kind="internal",
+                message=f"{type(unexpected).__name__}: {unexpected}".strip(),
+                detail="".join(traceback.format_exception(unexpected)),
+            )
+            channel.send("error", stage=stage, error=error.model_dump())
+            step_failed = step_failed or stage in MODEL_STAGES
+            continue
+        if result is None:
+            channel.send("skipped", stage=stage, reason=state.pop("skip_reason", "not applicable"))
+            continue
+        path = os.path.join(workdir, f"{stage}.json")
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write(result)
+        channel.send("done", stage=stage, result=path)
+    channel.send("exit")
+    return 0
+
+
+def _throttled(send: Callable[[str], None], interval_s: float = 1.0) -> Callable[[str], None]:
+    """Pass on at most one progress message per interval."""
+    last = [time.monotonic()]
+
+    def progress(text: str) -> None:
+        now = time.monotonic()
+        if now - last[0] >= interval_s:
+            last[0] = now
+            send(text)
+    return progress
+
+
+def _load(state: dict, progress: Callable[[str], None]) -> str:
+    from advisor.evidence import TargetInfo
+    from advisor.target import describe_inputs, load_target
+
+    spec = state["spec"]
+    target = load_target(spec["model_file"], spec.get("mode", "auto"), spec.get("device", "auto"))
+    state["target"] = target
+    dtypes: dict[str, int] = {}
+    for parameter in target.model.parameters():
+        key = str(parameter.dtype).replace("torch.", "")
+        dtypes[key] = dtypes.get(key, 0) + parameter.numel()
+    info = TargetInfo(
+        model_file=target.path, model_class=type(target.model).__qualname__, mode=target.mode,
+        device=str(target.device), training_flag=target.model.training,
+        param_count=sum(dtypes.values()), param_dtypes=dtypes,
+        input_summary=describe_inputs(target.inputs),
+        has_dataloader=target.get_dataloader is not None,
+    )
+    if target.mode == "train" and target.get_optimizer is not None:
+        _, _, optimizer = target.fresh()
+        info.optimizer = type(optimizer).__name__
+        info.optimizer_options = {k: v for k, v in optimizer.defaults.items() if isinstance(v, (bool, int, float, str, type(None)))}
+    return info.model_dump_json()
+
+
+def _env(state: dict, progress: Callable[[str], None]) -> str:
+    from advisor.capture.env import capture_environment
+
+    return capture_environment(state["target"].device).model_dump_json()
+
+
+def _timing(state: dict, progress: Callable[[str], None]) -> str:
+    from advisor.capture.step import make_step, run_user_step
+    from advisor.capture.timing import time_steps
+
+    target = state["target"]
+    spec = state["spec"]
+    step = make_step(target, *target.fresh())
+    run_user_step("timing", target, step)  # a failing step is reported at the user's line
+    timing = time_steps(
+        step, target.device, warmup=spec.get("warmup", 3), min_samples=spec.get("min_samples", 10),
+        budget_s=spec.get("timing_budget_s", 3.0),
+        on_sample=lambda n: progress(f"{n} timed steps"),
+    )
+    return timing.model_dump_json()
+
+
+def _trace(state: dict, progress: Callable[[str], None]) -> str:
+    from advisor.capture.profile import record_trace
+    from advisor.capture.step import make_step, run_user_step
+
+    target = state["target"]
+    spec = state["spec"]
+    path = spec["trace_path"]
+    step = make_step(target, *target.fresh())
+    run_user_step("trace", target, step)
+    try:
+        record_trace(step, target.device, path, steps=spec.get("profile_steps", 3))
+    except Exception:  # noqa: BLE001 - the source annotator is ours; retry plainly
+        progress("source annotation failed; profiling without it")
+        record_trace(step, target.device, path, steps=spec.get("profile_steps", 3), annotate=False)
+    return json.dumps({"trace_path": path})
+
+
+def _graph(state: dict, progress: Callable[[str], None]) -> str:
+    from advisor.capture.graph import capture_graph
+    from advisor.errors import AuditError, StageError
+
+    target = state["target"]
+    model, inputs, _ = target.fresh()
+    try:
+        capture = capture_graph(model, inputs)
+    except Exception as failure:  # noqa: BLE001 - Dynamo raises many types
+        text = str(failure).strip().splitlines()
+        raise AuditError(StageError(
+            stage="graph", kind="unsupported",
+            message=f"TorchDynamo could not capture the model: {type(failure).__name__}: {text[0] if text else ''}",
+            detail="".join(traceback.format_exception(failure)),
+        )) from None
+    return capture.model_dump_json()
+
+
+def _data(state: dict, progress: Callable[[str], None]) -> str | None:
+    from advisor.capture.data import measure_loader
+    from advisor.errors import AuditError, StageError
+    from advisor.target import call_user
+
+    target = state["target"]
+    if target.get_dataloader is None:
+        state["skip_reason"] = "the model file defines no get_dataloader()"
+        return None
+    loader = call_user("data", target.path, "get_dataloader()", target.get_dataloader)
+    if not hasattr(loader, "__iter__"):
+        raise AuditError(StageError(stage="data", kind="user-code",
+                                    message=f"get_dataloader() returned {type(loader).__name__}, which is not iterable"))
+    info = call_user("data", target.path, "iterating the data loader", measure_loader, loader)
+    return info.model_dump_json()
+
+
+STAGE_RUNNERS: dict[str, Callable[[dict, Callable[[str], None]], str | None]] = {
+    "load": _load, "env": _env, "timing": _timing, "trace": _trace, "graph": _graph, "data": _data,
+}
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))

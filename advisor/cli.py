@@ -1,0 +1,118 @@
+"""The command line: ``advisor audit``, ``advisor rules [explain SLUG]``."""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+
+import click
+
+from advisor import __version__
+from advisor.audit import AuditOptions, run_audit
+from advisor.engine import SettingError, load_rules
+from advisor.report.terminal import print_problems, print_summary
+from advisor.report.write import FORMATS, write_reports
+from advisor.rule import Severity
+
+EXIT_FAILED = 2
+
+
+def _fail(message: str, debug: bool = False) -> None:
+    click.echo(f"advisor: {message}", err=True)
+    if debug:
+        traceback.print_exc()
+    sys.exit(EXIT_FAILED)
+
+
+def _formats(value: str) -> tuple[str, ...]:
+    chosen = tuple(part.strip() for part in value.split(",") if part.strip())
+    unknown = [f for f in chosen if f not in FORMATS]
+    if unknown or not chosen:
+        raise click.BadParameter(f"expected a comma-separated subset of {','.join(FORMATS)}; got {value!r}")
+    return chosen
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="advisor")
+def cli() -> None:
+    """advisor: a PyTorch performance auditor."""
+
+
+@cli.command()
+@click.argument("model_file", type=click.Path(dir_okay=False))
+@click.option("--out", "out_dir", default="reports", show_default=True, help="Folder for the reports and trace.")
+@click.option("--format", "formats", default="html,json", show_default=True, help="Comma-separated: html,json.")
+@click.option("--mode", type=click.Choice(["auto", "train", "inference"]), default="auto", show_default=True,
+              help="auto: train when the file defines get_optimizer, else inference.")
+@click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda[:N].")
+@click.option("--timeout", type=click.FloatRange(min=1), default=300, show_default=True,
+              help="Seconds each stage may run before it is stopped.")
+@click.option("--rules", "rule_dirs", multiple=True, type=click.Path(), help="Extra folder of rule files.")
+@click.option("--set", "settings", multiple=True, metavar="SLUG.THRESHOLD=VALUE", help="Override a threshold.")
+@click.option("--disable", "disabled", multiple=True, metavar="SLUG", help="Turn a rule off.")
+@click.option("--fail-on", type=click.Choice([s.value for s in Severity]), default="high", show_default=True,
+              help="Exit 1 when a finding is at or above this severity.")
+@click.option("--verify/--no-verify", default=True, help="Verify fixes by measurement (when available).")
+@click.option("--budget", type=click.FloatRange(min=0), default=120, show_default=True,
+              help="Seconds for fix verification.")
+@click.option("--quiet", is_flag=True, help="No progress on stderr.")
+@click.option("--debug", is_flag=True, help="Show tracebacks of failures.")
+def audit(model_file, out_dir, formats, mode, device, timeout, rule_dirs, settings, disabled, fail_on, verify,
+          budget, quiet, debug) -> None:
+    """Audit MODEL_FILE (defines get_model() and get_inputs()) and write its report."""
+    chosen = _formats(formats)
+    if not os.path.isfile(model_file):
+        _fail(f"{model_file}: no such file; pass the path of a model file defining get_model() and get_inputs()")
+    if not model_file.endswith(".py"):
+        _fail(f"{model_file}: not a Python file; a model file is a .py file defining get_model() and get_inputs()")
+    options = AuditOptions(
+        model_file=model_file, out_dir=out_dir, formats=chosen, mode=mode, device=device, timeout=timeout,
+        rule_dirs=tuple(rule_dirs), settings=tuple(settings), disabled=tuple(disabled), fail_on=fail_on,
+        verify=verify, budget=budget,
+    )
+    progress = (lambda text: None) if quiet else (lambda text: click.echo(f"[advisor] {text}", err=True))
+    try:
+        result = run_audit(options, progress)
+    except SettingError as bad:
+        _fail(str(bad), debug)
+    except Exception as unexpected:  # noqa: BLE001 - a clear line, not a traceback
+        _fail(f"{model_file}: internal error in advisor: {type(unexpected).__name__}: {unexpected}", debug)
+    result.written = write_reports(result.report, out_dir, model_file, chosen)
+    print_problems(result.report, model_file, debug)
+    print_summary(result.report, result.written)
+    sys.exit(result.exit_code(fail_on))
+
+
+@cli.group(invoke_without_command=True)
+@click.option("--rules", "rule_dirs", multiple=True, type=click.Path(), help="Extra folder of rule files.")
+@click.pass_context
+def rules(ctx: click.Context, rule_dirs) -> None:
+    """List the rules (or explain one: advisor rules explain SLUG)."""
+    ctx.obj = load_rules(rule_dirs)
+    for problem in ctx.obj.problems:
+        click.echo(f"advisor: rule file {problem.source} {problem.message}", err=True)
+    if ctx.invoked_subcommand is None:
+        for item in ctx.obj.rules:
+            click.echo(f"{item.code}  {item.slug:<28} {item.layer.value:<18} {item.severity.value:<7} {item.title}")
+
+
+@rules.command()
+@click.argument("slug")
+@click.pass_obj
+def explain(ruleset, slug: str) -> None:
+    """Print a rule's documentation and thresholds."""
+    found = ruleset.get(slug) or next((r for r in ruleset.rules if r.code == slug.upper()), None)
+    if found is None:
+        _fail(f"no rule named {slug!r}; 'advisor rules' lists them")
+    click.echo(f"{found.code} {found.slug} ({found.layer.value}, default severity {found.severity.value})\n")
+    click.echo(found.doc)
+    if found.thresholds:
+        click.echo("\nThresholds (override with --set " + found.slug + ".NAME=VALUE):")
+        for name, threshold in found.thresholds.items():
+            unit = f" {threshold.unit}" if threshold.unit else ""
+            click.echo(f"  {name} = {threshold.default:g}{unit}: {threshold.help}")
+
+
+def main() -> None:
+    cli(prog_name="advisor")

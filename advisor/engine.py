@@ -1,0 +1,171 @@
+"""Rule discovery and execution.
+
+Built-in rules are the modules of ``advisor.rules`` (one rule per file); ``--rules DIR`` adds
+every ``*.py`` file in a folder. A file that fails to import or declares a malformed rule is
+reported by name and skipped; so is a rule that raises while checking. The audit goes on.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import pkgutil
+import sys
+import traceback
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from advisor.evidence import Evidence
+from advisor.rule import Finding, Rule, Severity, Thresholds
+
+
+@dataclass
+class RuleProblem:
+    source: str  # the file, or the rule's slug when it failed while running
+    message: str
+    detail: str = ""
+
+
+@dataclass
+class RuleSet:
+    rules: list[Rule] = field(default_factory=list)
+    problems: list[RuleProblem] = field(default_factory=list)
+
+    def get(self, slug: str) -> Rule | None:
+        return next((r for r in self.rules if r.slug == slug), None)
+
+    def add_from_module(self, module: object, source: str) -> None:
+        found = [value for value in vars(module).values() if isinstance(value, Rule)]
+        if not found:
+            self.problems.append(RuleProblem(source, "defines no rule (no function decorated with @rule)"))
+        for candidate in found:
+            clash = next((r for r in self.rules if r.slug == candidate.slug or r.code == candidate.code), None)
+            if clash is not None:
+                self.problems.append(RuleProblem(
+                    source, f"rule {candidate.slug} ({candidate.code}) clashes with {clash.slug} ({clash.code}) "
+                            f"from {clash.source}; skipped"))
+                continue
+            self.rules.append(candidate)
+
+
+def load_rules(extra_dirs: Iterable[str] = ()) -> RuleSet:
+    ruleset = RuleSet()
+    import advisor.rules as builtin
+
+    for info in sorted(pkgutil.iter_modules(builtin.__path__), key=lambda i: i.name):
+        if info.name.startswith("_"):
+            continue
+        name = f"advisor.rules.{info.name}"
+        try:
+            module = importlib.import_module(name)
+        except Exception as broken:  # noqa: BLE001
+            ruleset.problems.append(_import_problem(name, broken))
+            continue
+        ruleset.add_from_module(module, getattr(module, "__file__", name))
+    for directory in extra_dirs:
+        _load_directory(ruleset, directory)
+    ruleset.rules.sort(key=lambda r: r.code)
+    return ruleset
+
+
+def _load_directory(ruleset: RuleSet, directory: str) -> None:
+    if not os.path.isdir(directory):
+        ruleset.problems.append(RuleProblem(directory, "is not a folder of rule files"))
+        return
+    for filename in sorted(os.listdir(directory)):
+        if not filename.endswith(".py") or filename.startswith("_"):
+            continue
+        path = os.path.join(directory, filename)
+        name = f"advisor_user_rules.{os.path.splitext(filename)[0]}"
+        try:
+            spec = importlib.util.spec_from_file_location(name, path)
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[name] = module
+            spec.loader.exec_module(module)
+        except Exception as broken:  # noqa: BLE001 - includes RuleDefinitionError
+            sys.modules.pop(name, None)
+            ruleset.problems.append(_import_problem(path, broken))
+            continue
+        ruleset.add_from_module(module, path)
+
+
+def _import_problem(source: str, broken: BaseException) -> RuleProblem:
+    where = ""
+    if isinstance(broken, SyntaxError):
+        where = f" (line {broken.lineno})"
+    return RuleProblem(
+        source, f"could not be loaded{where}: {type(broken).__name__}: {broken}; skipped",
+        "".join(traceback.format_exception(broken)),
+    )
+
+
+class SettingError(ValueError):
+    """A --set or --disable names a rule or threshold that does not exist, or a bad value."""
+
+
+def parse_settings(ruleset: RuleSet, settings: Iterable[str]) -> dict[str, dict[str, float]]:
+    """``["kernel-storm.min_share=0.2"]`` -> ``{"kernel-storm": {"min_share": 0.2}}``, checked."""
+    overrides: dict[str, dict[str, float]] = {}
+    for setting in settings:
+        key, sep, raw = setting.partition("=")
+        slug, dot, name = key.strip().partition(".")
+        if not sep or not dot:
+            raise SettingError(f"--set {setting!r}: expected SLUG.THRESHOLD=VALUE")
+        rule = ruleset.get(slug)
+        if rule is None:
+            raise SettingError(f"--set {setting!r}: no rule named {slug!r} (see 'advisor rules')")
+        if name not in rule.thresholds:
+            known = ", ".join(sorted(rule.thresholds)) or "none"
+            raise SettingError(f"--set {setting!r}: rule {slug} has no threshold {name!r} (it has: {known})")
+        try:
+            value = float(raw)
+        except ValueError:
+            raise SettingError(f"--set {setting!r}: {raw!r} is not a number") from None
+        overrides.setdefault(slug, {})[name] = value
+    return overrides
+
+
+def check_disabled(ruleset: RuleSet, disabled: Iterable[str]) -> set[str]:
+    slugs = set(disabled)
+    unknown = sorted(s for s in slugs if ruleset.get(s) is None)
+    if unknown:
+        raise SettingError(f"--disable: no rule named {', '.join(unknown)} (see 'advisor rules')")
+    return slugs
+
+
+def thresholds_for(rule: Rule, overrides: dict[str, dict[str, float]]) -> Thresholds:
+    values = Thresholds({name: t.default for name, t in rule.thresholds.items()})
+    values.update(overrides.get(rule.slug, {}))
+    return values
+
+
+def run_rules(
+    ruleset: RuleSet,
+    evidence: Evidence,
+    overrides: dict[str, dict[str, float]] | None = None,
+    disabled: set[str] | None = None,
+) -> tuple[list[Finding], list[RuleProblem]]:
+    findings: list[Finding] = []
+    problems: list[RuleProblem] = []
+    for rule in ruleset.rules:
+        if disabled and rule.slug in disabled:
+            continue
+        try:
+            produced = list(rule.check(evidence, thresholds_for(rule, overrides or {})))
+        except Exception as broken:  # noqa: BLE001 - one bad rule must not end the audit
+            problems.append(RuleProblem(rule.slug, f"raised {type(broken).__name__}: {broken}; its findings are missing",
+                                        "".join(traceback.format_exception(broken))))
+            continue
+        for finding in produced:
+            findings.append(finding.model_copy(update={
+                "slug": rule.slug, "code": rule.code, "title": rule.title, "layer": rule.layer,
+                "severity": finding.severity or rule.severity,
+            }))
+    findings.sort(key=_order)
+    return findings, problems
+
+
+def _order(finding: Finding) -> tuple:
+    severity = finding.severity or Severity.INFO
+    return (-severity.rank, -(finding.impact or 0.0), finding.code)

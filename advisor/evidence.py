@@ -1,0 +1,172 @@
+"""The facts that rules read: target, environment, timing, graph, trace, data loader.
+
+Capture writes these; rules only read them. Every part but the target may be missing (``None``)
+when its stage failed or did not apply; rules must check before reading.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import Any
+
+import networkx as nx
+from pydantic import BaseModel, ConfigDict, Field
+
+from advisor.kineto import Trace
+
+
+class TargetInfo(BaseModel):
+    model_file: str
+    model_class: str = ""
+    mode: str = "inference"
+    device: str = "cpu"
+    training_flag: bool | None = Field(default=None, description="model.training as the user left it")
+    param_count: int = 0
+    param_dtypes: dict[str, int] = Field(default_factory=dict, description="dtype -> parameter count")
+    input_summary: list[str] = Field(default_factory=list)
+    optimizer: str | None = None
+    optimizer_options: dict[str, Any] = Field(default_factory=dict)
+    has_dataloader: bool = False
+    autocast: str | None = Field(default=None, description="autocast dtype active in the step, if any")
+
+
+class Environment(BaseModel):
+    python: str = ""
+    platform: str = ""
+    torch_version: str = ""
+    cuda_version: str | None = None
+    cudnn_version: int | None = None
+    device_name: str = ""
+    gpu_capability: tuple[int, int] | None = None
+    gpu_count: int = 0
+    cpu_model: str = ""
+    cpu_cores_logical: int = 0
+    cpu_cores_available: int = 0
+    cpu_capability: str = ""
+    cpu_native_bf16: bool = False
+    cpu_amx: bool = False
+    torch_threads: int = 0
+    torch_interop_threads: int = 0
+    omp_num_threads: str | None = None
+    cudnn_enabled: bool | None = None
+    cudnn_benchmark: bool | None = None
+    cudnn_deterministic: bool | None = None
+    tf32_matmul: bool | None = None
+    tf32_cudnn: bool | None = None
+    float32_matmul_precision: str = ""
+    deterministic_algorithms: bool = False
+    anomaly_detection: bool = False
+
+
+class Timing(BaseModel):
+    timer: str = Field(description="cuda-event or perf_counter")
+    warmup_steps: int
+    samples_ms: list[float]
+    median_ms: float
+    p25_ms: float
+    p75_ms: float
+    min_ms: float
+    cv: float = Field(description="coefficient of variation of the samples")
+
+    @property
+    def iqr_ms(self) -> float:
+        return self.p75_ms - self.p25_ms
+
+    @property
+    def count(self) -> int:
+        return len(self.samples_ms)
+
+
+class GraphNode(BaseModel):
+    id: str
+    graph: int
+    op: str
+    target: str
+    args: list[str] = Field(default_factory=list, description="ids of the nodes this one reads")
+    shape: list[int] | None = None
+    stride: list[int] | None = None
+    dtype: str | None = None
+    contiguous: bool | None = None
+    channels_last: bool | None = None
+    module_path: str = ""
+    module_type: str = ""
+    file: str = ""
+    line: int = 0
+    code: str = ""
+
+
+class GraphBreak(BaseModel):
+    reason: str
+    file: str = ""
+    line: int = 0
+    code: str = ""
+    count: int = Field(default=1, description="times Dynamo broke here (once per traced frame)")
+
+
+class GraphCapture(BaseModel):
+    """The model's forward as TorchDynamo saw it; nodes of all captured graphs."""
+
+    model_config = ConfigDict(ignored_types=(cached_property,))
+
+    method: str = "dynamo"
+    graph_count: int = 0
+    nodes: list[GraphNode] = Field(default_factory=list)
+    breaks: list[GraphBreak] = Field(default_factory=list)
+
+    @cached_property
+    def digraph(self) -> nx.DiGraph:
+        """Nodes keyed by id with their GraphNode under ``"node"``; edges run producer -> user."""
+        graph = nx.DiGraph()
+        for node in self.nodes:
+            graph.add_node(node.id, node=node)
+        for node in self.nodes:
+            for source in node.args:
+                if source in graph:
+                    graph.add_edge(source, node.id)
+        return graph
+
+    def calls(self) -> list[GraphNode]:
+        return [n for n in self.nodes if n.op in ("call_function", "call_method", "call_module")]
+
+
+class DataLoaderInfo(BaseModel):
+    loader_class: str = ""
+    batch_size: int | None = None
+    num_workers: int = 0
+    pin_memory: bool = False
+    persistent_workers: bool = False
+    prefetch_factor: int | None = None
+    drop_last: bool = False
+    dataset_class: str = ""
+    dataset_len: int | None = None
+    batches_measured: int = 0
+    first_batch_ms: float | None = Field(default=None, description="includes worker start-up")
+    batch_ms_median: float | None = None
+    batch_ms_samples: list[float] = Field(default_factory=list)
+
+
+class Evidence(BaseModel):
+    """Everything capture learned about one target."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    target: TargetInfo
+    env: Environment | None = None
+    timing: Timing | None = None
+    graph: GraphCapture | None = None
+    graph_error: str | None = None
+    trace: Trace | None = None
+    data: DataLoaderInfo | None = None
+
+    @property
+    def on_cuda(self) -> bool:
+        return self.target.device.startswith("cuda")
+
+    @property
+    def step_ms(self) -> float | None:
+        """Step time from the timing runs; the profiled steps' mean when timing is missing."""
+        if self.timing is not None:
+            return self.timing.median_ms
+        if self.trace is not None and self.trace.steps:
+            return self.trace.mean_step_us() / 1000.0
+        return None

@@ -1,0 +1,326 @@
+"""Parse a Kineto (Chrome trace) JSON file, as written by torch.profiler, into one Trace.
+
+The same parser reads the traces advisor records and traces recorded elsewhere. Timestamps are
+microseconds (floats with ns precision in newer traces). Each CPU op gets its self time, its
+step (``ProfilerStep#N`` spans), its nesting depth and, where known, the user's source line:
+from the ``advisor.src:`` annotations advisor's own profiling run writes, else from the
+innermost Python frame outside the libraries (which names the function, not the line).
+"""
+
+from __future__ import annotations
+
+import bisect
+import gzip
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+SOURCE_ANNOTATION = "advisor.src:"
+STEP_PREFIX = "ProfilerStep#"
+
+# Path fragments that mark a Python frame as library code rather than the user's.
+LIBRARY_MARKERS = ("site-packages/", "dist-packages/", "torch/", "<built-in", "<frozen", "python3.")
+
+
+class TraceFormatError(ValueError):
+    """The file is not a readable Kineto trace; the message names the file and the problem."""
+
+
+@dataclass(slots=True)
+class SourceRef:
+    file: str
+    line: int
+    api: str = ""  # the torch API the user called on that line ("Tensor.item", "linear")
+    exact: bool = True  # False when only the enclosing function is known (python frame)
+
+
+@dataclass(slots=True)
+class Op:
+    name: str
+    ts: float
+    dur: float
+    tid: int
+    self_dur: float = 0.0
+    step: int | None = None
+    depth: int = 0  # number of enclosing CPU ops
+    src: SourceRef | None = None
+    call: int | None = None  # index into Trace.calls of the annotated user call that ran it
+    input_dims: list = field(default_factory=list)
+    input_types: list = field(default_factory=list)
+    input_strides: list = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class SourceCall:
+    """One torch API call made from the user's code, as annotated by advisor's profiling run."""
+
+    api: str
+    file: str
+    line: int
+    ts: float
+    dur: float
+    tid: int
+    step: int | None = None
+    ops: list[int] = field(default_factory=list)  # indices of the top ops it ran
+
+
+@dataclass(slots=True)
+class DeviceEvent:
+    cat: str
+    name: str
+    ts: float
+    dur: float
+    stream: int | None = None
+    correlation: int | None = None
+    step: int | None = None
+    tid: int | None = None  # host thread, for runtime calls
+    args: dict = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class Span:
+    name: str
+    ts: float
+    dur: float
+
+    @property
+    def end(self) -> float:
+        return self.ts + self.dur
+
+
+@dataclass
+class Trace:
+    path: str
+    steps: list[Span] = field(default_factory=list)
+    ops: list[Op] = field(default_factory=list)
+    calls: list[SourceCall] = field(default_factory=list)
+    kernels: list[DeviceEvent] = field(default_factory=list)
+    memcpy: list[DeviceEvent] = field(default_factory=list)
+    runtime: list[DeviceEvent] = field(default_factory=list)  # cuda_runtime / cuda_driver calls
+    device_properties: list[dict] = field(default_factory=list)
+    distributed_info: dict = field(default_factory=dict)
+    _by_tid: dict[int, list[Op]] | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def has_gpu(self) -> bool:
+        return bool(self.kernels or self.memcpy)
+
+    @property
+    def step_count(self) -> int:
+        return max(len(self.steps), 1)
+
+    def mean_step_us(self) -> float:
+        if self.steps:
+            return sum(s.dur for s in self.steps) / len(self.steps)
+        if not self.ops:
+            return 0.0
+        return max(o.ts + o.dur for o in self.ops) - min(o.ts for o in self.ops)
+
+    def step_ops(self) -> list[Op]:
+        """Ops inside a profiled step (all ops when the trace has no step markers)."""
+        if not self.steps:
+            return self.ops
+        return [o for o in self.ops if o.step is not None]
+
+    def enclosing_op(self, tid: int | None, ts: float) -> Op | None:
+        """The innermost CPU op on thread ``tid`` running at ``ts`` (e.g. around a CUDA API call)."""
+        if self._by_tid is None:
+            self._by_tid = {}
+            for op in self.ops:
+                self._by_tid.setdefault(op.tid, []).append(op)
+        best = None
+        for op in self._by_tid.get(tid, ()):
+            if op.ts <= ts <= op.ts + op.dur and (best is None or op.depth > best.depth):
+                best = op
+        return best
+
+    def top_ops(self) -> list[Op]:
+        """The ops the framework was asked for, not the ops they dispatch to internally."""
+        return [o for o in self.step_ops() if o.depth == 0]
+
+
+def load_events(path: str) -> dict[str, Any]:
+    """Read and decode the JSON document; errors name the file and what is wrong with it."""
+    if not os.path.exists(path):
+        raise TraceFormatError(f"{path}: no such file")
+    opener = gzip.open if _is_gzip(path) else open
+    try:
+        with opener(path, "rt", encoding="utf-8") as handle:
+            document = json.load(handle)
+    except (EOFError, gzip.BadGzipFile) as broken:
+        raise TraceFormatError(f"{path}: the gzip stream is truncated or corrupt ({broken})") from None
+    except json.JSONDecodeError as broken:
+        raise TraceFormatError(
+            f"{path}: not valid JSON at line {broken.lineno}, column {broken.colno} ({broken.msg});"
+            " the file may be truncated"
+        ) from None
+    except UnicodeDecodeError:
+        raise TraceFormatError(f"{path}: not a text JSON file") from None
+    if isinstance(document, list):
+        document = {"traceEvents": document}
+    if not isinstance(document, dict) or not isinstance(document.get("traceEvents"), list):
+        raise TraceFormatError(f"{path}: no 'traceEvents' list; this is not a Kineto/Chrome trace")
+    return document
+
+
+def _is_gzip(path: str) -> bool:
+    with open(path, "rb") as handle:
+        return handle.read(2) == b"\x1f\x8b"
+
+
+def parse_trace(path: str) -> Trace:
+    document = load_events(path)
+    trace = Trace(
+        path=path,
+        device_properties=list(document.get("deviceProperties") or []),
+        distributed_info=dict(document.get("distributedInfo") or {}),
+    )
+    host_events: list[tuple[float, float, int, str, dict]] = []
+    for event in document["traceEvents"]:
+        if not isinstance(event, dict) or event.get("ph") != "X":
+            continue
+        cat = str(event.get("cat") or "")
+        name = str(event.get("name") or "")
+        try:
+            ts = float(event["ts"])
+            dur = float(event.get("dur") or 0.0)
+        except (KeyError, TypeError, ValueError):
+            continue
+        args = event.get("args") or {}
+        if name.startswith(STEP_PREFIX) and cat in ("user_annotation", "cpu_op", "cpu_instant_event"):
+            trace.steps.append(Span(name, ts, dur))
+        elif cat in ("cpu_op", "user_annotation", "python_function"):
+            host_events.append((ts, dur, _tid(event), cat, {"name": name, "args": args}))
+        elif cat == "kernel":
+            trace.kernels.append(_device_event(cat, name, ts, dur, args))
+        elif cat in ("gpu_memcpy", "gpu_memset"):
+            trace.memcpy.append(_device_event(cat, name, ts, dur, args))
+        elif cat in ("cuda_runtime", "cuda_driver"):
+            runtime = _device_event(cat, name, ts, dur, args)
+            runtime.tid = _tid(event)
+            trace.runtime.append(runtime)
+    trace.steps.sort(key=lambda s: s.ts)
+    _nest_host_events(trace, host_events)
+    _assign_steps(trace)
+    return trace
+
+
+def _tid(event: dict) -> int:
+    tid = event.get("tid", 0)
+    try:
+        return int(tid)
+    except (TypeError, ValueError):
+        return hash(tid) & 0x7FFFFFFF
+
+
+def _device_event(cat: str, name: str, ts: float, dur: float, args: dict) -> DeviceEvent:
+    correlation = args.get("correlation")
+    stream = args.get("stream")
+    return DeviceEvent(
+        cat=cat, name=name, ts=ts, dur=dur,
+        stream=int(stream) if isinstance(stream, (int, float)) else None,
+        correlation=int(correlation) if isinstance(correlation, (int, float)) else None,
+        args=args,
+    )
+
+
+def _nest_host_events(trace: Trace, host_events: list[tuple[float, float, int, str, dict]]) -> None:
+    """Walk each thread's events in time order with a stack: parents, self times, sources."""
+    host_events.sort(key=lambda e: (e[2], e[0], -e[1]))
+    stack: list[tuple[float, str, Any]] = []  # (end, kind, payload)
+    current_tid = None
+    for ts, dur, tid, cat, payload in host_events:
+        if tid != current_tid:
+            stack.clear()
+            current_tid = tid
+        end = ts + dur
+        while stack and stack[-1][0] <= ts:
+            stack.pop()
+        name = payload["name"]
+        if cat == "cpu_op":
+            op = _make_op(name, ts, dur, tid, payload["args"])
+            _attach_to_context(trace, op, stack)
+            trace.ops.append(op)
+            stack.append((end, "op", op))
+        elif cat == "user_annotation" and name.startswith(SOURCE_ANNOTATION):
+            call = _parse_source_annotation(name, ts, dur, tid)
+            if call is not None:
+                trace.calls.append(call)
+                stack.append((end, "call", len(trace.calls) - 1))
+        elif cat == "python_function":
+            frame = _user_frame(name)
+            if frame is not None:
+                stack.append((end, "frame", frame))
+
+
+def _make_op(name: str, ts: float, dur: float, tid: int, args: dict) -> Op:
+    return Op(
+        name=name, ts=ts, dur=dur, tid=tid, self_dur=dur,
+        input_dims=args.get("Input Dims") or [],
+        input_types=args.get("Input type") or [],
+        input_strides=args.get("Input Strides") or [],
+    )
+
+
+def _attach_to_context(trace: Trace, op: Op, stack: list[tuple[float, str, Any]]) -> None:
+    parent_op = None
+    for _, kind, payload in reversed(stack):
+        if kind == "op":
+            if parent_op is None:
+                parent_op = payload
+            op.depth += 1
+        elif kind == "call" and op.call is None:
+            op.call = payload
+            call = trace.calls[payload]
+            op.src = SourceRef(call.file, call.line, call.api, exact=True)
+            if parent_op is None:
+                call.ops.append(len(trace.ops))
+        elif kind == "frame" and op.src is None and op.call is None:
+            op.src = payload
+    if parent_op is not None:
+        parent_op.self_dur -= op.dur
+
+
+def _parse_source_annotation(name: str, ts: float, dur: float, tid: int) -> SourceCall | None:
+    body = name[len(SOURCE_ANNOTATION):]
+    api, sep, place = body.partition("@")
+    file, sep2, line = place.rpartition(":")
+    if not sep or not sep2 or not line.isdigit():
+        return None
+    return SourceCall(api=api, file=file, line=int(line), ts=ts, dur=dur, tid=tid)
+
+
+def _user_frame(name: str) -> SourceRef | None:
+    """``"model.py(12): forward"`` -> SourceRef, unless the frame is library code."""
+    if any(marker in name for marker in LIBRARY_MARKERS) or name.startswith("nn.Module:"):
+        return None
+    head, sep, function = name.partition("): ")
+    file, sep2, line = head.rpartition("(")
+    if not sep or not sep2 or not line.isdigit():
+        return None
+    return SourceRef(file=file, line=int(line), api=function, exact=False)
+
+
+def _assign_steps(trace: Trace) -> None:
+    if not trace.steps:
+        return
+    starts = [s.ts for s in trace.steps]
+
+    def step_of(ts: float) -> int | None:
+        index = bisect.bisect_right(starts, ts) - 1
+        if index >= 0 and ts <= trace.steps[index].end:
+            return index
+        return None
+
+    for item in _all_host_timed(trace):
+        item.step = step_of(item.ts)
+    launch_step = {r.correlation: r.step for r in trace.runtime if r.correlation is not None}
+    for event in (*trace.kernels, *trace.memcpy):
+        event.step = launch_step.get(event.correlation, step_of(event.ts))
+
+
+def _all_host_timed(trace: Trace) -> Iterable[Op | SourceCall | DeviceEvent]:
+    yield from trace.ops
+    yield from trace.calls
+    yield from trace.runtime

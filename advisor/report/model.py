@@ -1,0 +1,92 @@
+"""The Report: everything an audit concluded, as one pydantic model (the JSON schema).
+
+Rendering reads only this; it never computes. ``schema_version`` changes when a field's
+meaning changes; added optional fields keep it.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from pydantic import BaseModel, Field
+
+from advisor.errors import StageError
+from advisor.evidence import DataLoaderInfo, Environment, GraphBreak, TargetInfo, Timing
+from advisor.rule import Finding, Layer
+
+SCHEMA_VERSION = "1.0"
+
+
+class OpShare(BaseModel):
+    name: str
+    self_ms_per_step: float
+    share: float = Field(description="share of the profiled step's CPU op self time")
+    calls_per_step: float
+
+
+class TraceSummary(BaseModel):
+    file: str = Field(description="the exported Kineto trace, next to the report")
+    steps_profiled: int
+    step_ms_profiled: float = Field(description="mean profiled step, profiler overhead included")
+    ops_per_step: float = Field(description="operators the framework was asked for, per step")
+    all_ops_per_step: float = Field(description="every operator event, internal dispatch included")
+    kernels_per_step: float = 0.0
+    memcpy_per_step: float = 0.0
+    source_attributed: bool = Field(description="whether ops carry the user's exact source line")
+    top_ops: list[OpShare] = Field(default_factory=list)
+
+
+class GraphSummary(BaseModel):
+    method: str
+    graph_count: int
+    node_count: int
+    call_count: int
+    breaks: list[GraphBreak] = Field(default_factory=list)
+    top_targets: dict[str, int] = Field(default_factory=dict)
+
+
+class StageRecord(BaseModel):
+    stage: str
+    status: str
+    seconds: float = 0.0
+    note: str = ""
+
+
+class RuleProblemRecord(BaseModel):
+    source: str
+    message: str
+
+
+class ModelOutput(BaseModel):
+    stdout: str = ""
+    stderr: str = ""
+
+
+class VerificationSettings(BaseModel):
+    enabled: bool = True
+    budget_s: float = 120.0
+    note: str = ""
+
+
+class Report(BaseModel):
+    schema_version: str = SCHEMA_VERSION
+    advisor_version: str = ""
+    created: str = Field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    target: TargetInfo
+    environment: Environment | None = None
+    timing: Timing | None = None
+    graph: GraphSummary | None = None
+    trace: TraceSummary | None = None
+    data: DataLoaderInfo | None = None
+    findings: list[Finding] = Field(default_factory=list)
+    errors: list[StageError] = Field(default_factory=list)
+    stages: list[StageRecord] = Field(default_factory=list)
+    rule_problems: list[RuleProblemRecord] = Field(default_factory=list)
+    output: ModelOutput = Field(default_factory=ModelOutput)
+    verification: VerificationSettings = Field(default_factory=VerificationSettings)
+
+    def findings_by_layer(self) -> list[tuple[Layer, list[Finding]]]:
+        return [(layer, [f for f in self.findings if f.layer == layer]) for layer in Layer]
+
+    def worst_severity_rank(self) -> int:
+        return max((f.severity.rank for f in self.findings if f.severity is not None), default=-1)

@@ -1,0 +1,37 @@
+"""The short summary printed after an audit, and failures as one paragraph each."""
+
+from __future__ import annotations
+
+import click
+
+from advisor.report.model import Report
+
+_COLOURS = {"high": "red", "medium": "yellow", "low": "cyan", "info": "white"}
+
+
+def print_problems(report: Report, model_file: str, debug: bool = False) -> None:
+    for error in report.errors:
+        click.echo(f"advisor: {error.paragraph(model_file)}", err=True)
+        if debug and error.detail:
+            click.echo(error.detail, err=True)
+    for problem in report.rule_problems:
+        click.echo(f"advisor: rule {problem.source} {problem.message}", err=True)
+
+
+def print_summary(report: Report, written: dict[str, str]) -> None:
+    target = report.target
+    line = f"{target.model_class or target.model_file} · {target.mode} · {target.device}"
+    if report.timing is not None:
+        t = report.timing
+        line += f" · step {t.median_ms:.3f} ms (IQR {t.p25_ms:.3f}–{t.p75_ms:.3f}, n={len(t.samples_ms)})"
+    click.echo(line)
+    if not report.findings:
+        click.echo("No findings.")
+    for finding in report.findings:
+        severity = finding.severity.value if finding.severity else "info"
+        tag = click.style(f"{severity.upper():<6}", fg=_COLOURS.get(severity))
+        click.echo(f"  {tag} {finding.code} {finding.slug}: {finding.message}")
+        for location in finding.locations[:3]:
+            click.echo(f"         at {location.file}:{location.line}  {location.code}")
+    for fmt, path in written.items():
+        click.echo(f"{fmt.upper()} report: {path}")

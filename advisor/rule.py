@@ -1,0 +1,216 @@
+"""What a rule author imports: the ``rule`` decorator, Finding, Fix, Location, Layer, Severity.
+
+A rule is one function in one file::
+
+    @rule(slug="host-sync", code="ADV101", layer=Layer.APPLICATION,
+          thresholds={"min_per_step": Threshold(1, "syncs per step before it is reported")})
+    def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
+        ...
+        yield Finding(message="...", locations=[...], fix=Fix(...))
+
+The docstring of the module holds the rule's documentation: a title line, then the sections
+*What it detects*, *Why it matters*, *How to fix* and *Example*. The engine fills in the
+rule's slug, code, title and layer on every Finding it yields; a rule only states what it saw.
+Rules read evidence; they never run the model.
+"""
+
+from __future__ import annotations
+
+import enum
+import inspect
+import linecache
+import re
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+from pydantic import BaseModel, Field
+
+
+class Layer(str, enum.Enum):
+    """Where latency hides, in the order a report presents them."""
+
+    HARDWARE = "hardware"
+    RUNTIME = "runtime-libraries"
+    MODEL = "model"
+    APPLICATION = "application"
+
+    @property
+    def title(self) -> str:
+        return _LAYER_TITLES[self]
+
+
+_LAYER_TITLES = {
+    Layer.HARDWARE: "Hardware and drivers",
+    Layer.RUNTIME: "CUDA runtime and libraries",
+    Layer.MODEL: "The model's implementation",
+    Layer.APPLICATION: "The application: data, syncs, checkpoints",
+}
+
+
+class Severity(str, enum.Enum):
+    HIGH = "high"
+    MEDIUM = "medium"
+    LOW = "low"
+    INFO = "info"
+
+    @property
+    def rank(self) -> int:
+        return _SEVERITY_RANK[self]
+
+
+_SEVERITY_RANK = {Severity.INFO: 0, Severity.LOW: 1, Severity.MEDIUM: 2, Severity.HIGH: 3}
+
+
+class Location(BaseModel):
+    """A place in the user's source: file, line and the text of that line."""
+
+    file: str
+    line: int
+    code: str = ""
+    function: str = ""
+    count_per_step: float | None = None
+    note: str = ""
+
+    def label(self) -> str:
+        return f"{self.file}:{self.line}"
+
+    @classmethod
+    def at(cls, file: str, line: int, **fields: Any) -> "Location":
+        """A location with its code line read from the source file (when it can be read)."""
+        code = linecache.getline(file, line).strip() if file and line > 0 else ""
+        return cls(file=file, line=line, code=fields.pop("code", "") or code, **fields)
+
+
+class Fix(BaseModel):
+    summary: str
+    before: str = ""
+    after: str = ""
+    docs: list[str] = Field(default_factory=list)
+
+
+class Finding(BaseModel):
+    """One item of the checklist. Rules set what they saw; the engine sets who saw it."""
+
+    slug: str = ""
+    code: str = ""
+    title: str = ""
+    layer: Layer = Layer.MODEL
+    severity: Severity | None = None
+    message: str
+    evidence: dict[str, Any] = Field(default_factory=dict)
+    locations: list[Location] = Field(default_factory=list)
+    fix: Fix | None = None
+    impact: float | None = Field(
+        default=None, description="share of step time this finding explains (0..1), when measurable"
+    )
+    verification: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Threshold:
+    """A named, documented knob of a rule, overridable with ``--set slug.name=value``."""
+
+    default: float
+    help: str
+    unit: str = ""
+
+
+class Thresholds(dict):
+    """Resolved threshold values of one rule; read as attributes (``th.min_share``)."""
+
+    def __getattr__(self, name: str) -> float:
+        try:
+            return self[name]
+        except KeyError as missing:
+            raise AttributeError(f"rule has no threshold named {name!r}") from missing
+
+
+CheckFn = Callable[..., Iterator[Finding]]
+
+SLUG_PATTERN = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
+CODE_PATTERN = re.compile(r"^[A-Z]{2,5}[0-9]{3}$")
+
+
+@dataclass
+class Rule:
+    slug: str
+    code: str
+    layer: Layer
+    severity: Severity
+    check: CheckFn
+    thresholds: dict[str, Threshold] = field(default_factory=dict)
+    doc: str = ""
+    source: str = ""
+    fix_fn: Callable[..., Any] | None = None
+
+    @property
+    def title(self) -> str:
+        first = self.doc.strip().splitlines()[0] if self.doc.strip() else self.slug
+        return first.strip().rstrip(".")
+
+    def fix(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """Register the fix that makes this rule's findings verifiable (see DESIGN.md)."""
+        self.fix_fn = fn
+        return fn
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Iterator[Finding]:
+        return self.check(*args, **kwargs)
+
+
+class RuleDefinitionError(ValueError):
+    """A rule file declares something malformed; reported when the file is loaded."""
+
+
+def rule(
+    *,
+    slug: str,
+    code: str,
+    layer: Layer,
+    severity: Severity = Severity.MEDIUM,
+    thresholds: dict[str, Threshold] | None = None,
+) -> Callable[[CheckFn], Rule]:
+    """Declare a rule. The module's docstring is its documentation."""
+
+    def register(check: CheckFn) -> Rule:
+        module = sys.modules.get(check.__module__)
+        doc = (getattr(module, "__doc__", None) or check.__doc__ or "").strip()
+        source = getattr(module, "__file__", "") or ""
+        _validate(slug, code, layer, severity, thresholds or {}, check, doc)
+        return Rule(
+            slug=slug,
+            code=code,
+            layer=Layer(layer),
+            severity=Severity(severity),
+            check=check,
+            thresholds=dict(thresholds or {}),
+            doc=doc,
+            source=source,
+        )
+
+    return register
+
+
+def _validate(slug, code, layer, severity, thresholds, check, doc) -> None:
+    if not SLUG_PATTERN.match(slug or ""):
+        raise RuleDefinitionError(f"slug {slug!r} is not lower-case words joined by '-'")
+    if not CODE_PATTERN.match(code or ""):
+        raise RuleDefinitionError(f"rule {slug}: code {code!r} is not like 'ADV101'")
+    try:
+        Layer(layer)
+        Severity(severity)
+    except ValueError as bad:
+        raise RuleDefinitionError(f"rule {slug}: {bad}") from None
+    for name, value in thresholds.items():
+        if not isinstance(value, Threshold):
+            raise RuleDefinitionError(f"rule {slug}: threshold {name!r} is not a Threshold(...)")
+    params = [
+        p for p in inspect.signature(check).parameters.values()
+        if p.default is inspect.Parameter.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+    ]
+    if len(params) != 2:
+        raise RuleDefinitionError(
+            f"rule {slug}: check must take exactly (ev, th), it takes {len(params)} required arguments"
+        )
+    if not doc:
+        raise RuleDefinitionError(f"rule {slug}: the module has no docstring documenting the rule")

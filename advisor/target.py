@@ -1,0 +1,176 @@
+"""The model-file protocol: load a user's ``model.py``, validate it, hand out fresh copies.
+
+    def get_model() -> torch.nn.Module                 # required
+    def get_inputs()                                   # required: Tensor, tuple (-> *args) or dict (-> **kwargs)
+    def get_dataloader()                               # optional: enables the input-pipeline rules
+    def get_optimizer(model) -> torch.optim.Optimizer  # optional: enables the training-step audit
+    def loss_fn(output, batch) -> torch.Tensor         # optional (default: output.float().mean())
+
+Runs inside the supervised child process: everything here executes user code.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import os
+import sys
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any, Callable
+
+import torch
+from torch.utils._pytree import tree_flatten, tree_map
+
+from advisor.errors import AuditError, StageError, from_exception
+
+MODES = ("train", "inference")
+
+
+def _fail(stage: str, message: str, kind: str = "user-code") -> AuditError:
+    return AuditError(StageError(stage=stage, kind=kind, message=message))
+
+
+def load_module(path: str) -> ModuleType:
+    """Import the model file under a private name; errors name the file and line."""
+    path = os.path.abspath(path)
+    directory = os.path.dirname(path)
+    if directory not in sys.path:
+        sys.path.insert(0, directory)  # model files import their neighbours
+    name = "advisor_user_model_" + os.path.splitext(os.path.basename(path))[0].replace("-", "_")
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise _fail("load", "cannot be imported as a Python module")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except SystemExit as exit_request:
+        raise AuditError(StageError(
+            stage="load", kind="user-code", message=f"the file called sys.exit({exit_request.code!r}) on import",
+            **_location_fields(exit_request, path),
+        )) from None
+    except BaseException as exc:  # noqa: BLE001 - user code may raise anything
+        raise AuditError(from_exception("load", exc, path, doing="importing the file")) from None
+    return module
+
+
+def _location_fields(exc: BaseException, path: str) -> dict[str, Any]:
+    error = from_exception("load", exc, path)
+    return {"file": error.file, "line": error.line, "code": error.code}
+
+
+def call_user(stage: str, path: str, what: str, fn: Callable[..., Any], *args: Any) -> Any:
+    """Run one protocol function, turning any exception into a located StageError."""
+    try:
+        return fn(*args)
+    except SystemExit as exit_request:
+        raise AuditError(StageError(
+            stage=stage, kind="user-code", message=f"{what} called sys.exit({exit_request.code!r})",
+            **_location_fields(exit_request, path),
+        )) from None
+    except BaseException as exc:  # noqa: BLE001
+        raise AuditError(from_exception(stage, exc, path, doing=what)) from None
+
+
+def resolve_device(requested: str) -> torch.device:
+    if requested == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if requested.startswith("cuda") and not torch.cuda.is_available():
+        raise _fail("load", "--device cuda was asked for, but PyTorch sees no CUDA device here", "unsupported")
+    try:
+        return torch.device(requested)
+    except RuntimeError:
+        raise _fail("load", f"--device {requested!r} is not a device PyTorch knows", "unsupported") from None
+
+
+@dataclass
+class Target:
+    """A loaded model file: the user's objects, never modified; work on ``fresh()`` copies."""
+
+    path: str
+    module: ModuleType
+    model: torch.nn.Module
+    inputs: Any
+    mode: str
+    device: torch.device
+    get_dataloader: Callable[[], Any] | None = None
+    get_optimizer: Callable[[torch.nn.Module], Any] | None = None
+    loss_fn: Callable[[Any, Any], torch.Tensor] | None = None
+
+    def fresh(self) -> tuple[torch.nn.Module, Any, Any]:
+        """A deep copy of model and inputs on the audit device, plus its optimizer (if any)."""
+        model = copy.deepcopy(self.model).to(self.device)
+        inputs = tree_map(
+            lambda v: v.detach().clone().to(self.device) if isinstance(v, torch.Tensor) else copy.deepcopy(v),
+            self.inputs,
+        )
+        optimizer = None
+        if self.mode == "train" and self.get_optimizer is not None:
+            optimizer = call_user("load", self.path, "get_optimizer(model)", self.get_optimizer, model)
+            if not isinstance(optimizer, torch.optim.Optimizer):
+                raise _fail("load", f"get_optimizer(model) returned {type(optimizer).__name__}, not a torch.optim.Optimizer")
+        return model, inputs, optimizer
+
+
+def load_target(path: str, mode: str = "auto", device: str = "auto") -> Target:
+    module = load_module(path)
+    missing = [name for name in ("get_model", "get_inputs") if not callable(getattr(module, name, None))]
+    if missing:
+        raise _fail("load", f"the file defines no {' and no '.join(f'{m}()' for m in missing)}; "
+                            "a model file must define get_model() and get_inputs()")
+    optional = {name: getattr(module, name, None) for name in ("get_dataloader", "get_optimizer", "loss_fn")}
+    for name, value in optional.items():
+        if value is not None and not callable(value):
+            raise _fail("load", f"{name} is defined but is not a function")
+
+    model = call_user("load", path, "get_model()", module.get_model)
+    if not isinstance(model, torch.nn.Module):
+        raise _fail("load", f"get_model() returned {type(model).__name__}, not a torch.nn.Module")
+    inputs = call_user("load", path, "get_inputs()", module.get_inputs)
+    if not isinstance(inputs, (torch.Tensor, tuple, list, dict)):
+        raise _fail("load", f"get_inputs() returned {type(inputs).__name__}; expected a Tensor, "
+                            "a tuple (passed as *args) or a dict (passed as **kwargs)")
+    if isinstance(inputs, dict) and not all(isinstance(k, str) for k in inputs):
+        raise _fail("load", "get_inputs() returned a dict whose keys are not all strings")
+    if mode == "auto":
+        mode = "train" if optional["get_optimizer"] is not None else "inference"
+    if mode not in MODES:
+        raise _fail("load", f"--mode {mode!r} is not one of train, inference", "unsupported")
+    return Target(
+        path=os.path.abspath(path), module=module, model=model, inputs=inputs, mode=mode,
+        device=resolve_device(device), **optional,
+    )
+
+
+def call_model(model: torch.nn.Module, inputs: Any) -> Any:
+    if isinstance(inputs, dict):
+        return model(**inputs)
+    if isinstance(inputs, (tuple, list)):
+        return model(*inputs)
+    return model(inputs)
+
+
+def default_loss(output: Any) -> torch.Tensor:
+    """Mean of every floating-point tensor in the output that carries a gradient."""
+    leaves = [t for t in tree_flatten(output)[0]
+              if isinstance(t, torch.Tensor) and t.is_floating_point() and t.requires_grad]
+    if not leaves:
+        raise _fail("step", "the model's output has no floating-point tensor that requires grad, "
+                            "so a training step cannot call backward(); define loss_fn(output, batch)")
+    return sum(t.float().mean() for t in leaves)
+
+
+def describe_inputs(inputs: Any) -> list[str]:
+    if isinstance(inputs, dict):
+        return [f"{key}: {_describe(value)}" for key, value in inputs.items()]
+    if isinstance(inputs, (tuple, list)):
+        return [f"arg{i}: {_describe(value)}" for i, value in enumerate(inputs)]
+    return [f"input: {_describe(inputs)}"]
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, torch.Tensor):
+        dtype = str(value.dtype).replace("torch.", "")
+        return f"{dtype}{list(value.shape)} on {value.device}"
+    return type(value).__name__

@@ -1,0 +1,1 @@
+"""The built-in rule pack: one rule per file, its documentation in the module docstring."""

@@ -1,0 +1,273 @@
+"""Device-to-host synchronization inside the step.
+
+What it detects:
+    Calls in the step that make the host wait for the device and copy a value back:
+    ``.item()``, ``float(t)`` / ``int(t)``, ``.tolist()``, ``.numpy()``, ``.cpu()``,
+    ``if tensor:`` (``bool(t)``), ``nonzero`` and boolean-mask indexing (data-dependent
+    sizes), and on GPU the CUDA sync APIs (``cudaStreamSynchronize``,
+    ``cudaDeviceSynchronize``, ``cudaEventSynchronize``) and device-to-host copies. Each
+    source line is reported with its count per step; TorchDynamo graph breaks on
+    data-dependent operations are merged in at their lines.
+
+Why it matters:
+    A GPU runs ahead of Python only while Python does not ask for results. Each sync drains
+    the launch queue: the GPU idles while the host waits, then the host launches into an empty
+    queue. One sync per step costs little; one per layer, expert or loop iteration serializes
+    the whole step. Syncs also break ``torch.compile`` graphs. On a CPU-only run the cost is
+    small (there is no queue to drain), so CPU audits report these at lower severity: they
+    bite when the same code runs on a GPU.
+
+How to fix:
+    Keep values on the device and decide on the device: ``torch.where(cond, a, b)`` instead of
+    a Python ``if`` on a tensor; multiply by a mask instead of boolean indexing; accumulate
+    metrics in a tensor and read them every N steps (deferred logging); use
+    ``torch.nonzero_static(x, size=K)`` where a bound on the count is known.
+
+Example:
+    Before::
+
+        for expert in self.experts:
+            idx = (routes == i).nonzero()        # host waits, once per expert
+            if scores.max().item() > 0.5: ...    # and again
+
+    After::
+
+        mask = routes == i                       # stays on the device
+        out = torch.where(mask[:, None], expert(x), out)
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Iterator
+
+from advisor.evidence import Evidence
+from advisor.kineto import Op, SourceCall, Trace
+from advisor.rule import Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
+
+# What each user-facing API does, by how it syncs (the key selects the fix text).
+SYNC_APIS = {
+    "Tensor.item": "scalar", "Tensor.__float__": "scalar", "Tensor.__int__": "scalar",
+    "Tensor.__index__": "scalar", "Tensor.__complex__": "scalar",
+    "Tensor.__bool__": "branch", "torch.is_nonzero": "branch", "torch.equal": "branch",
+    "torch.allclose": "branch", "Tensor.equal": "branch", "Tensor.allclose": "branch",
+    "Tensor.tolist": "transfer", "Tensor.numpy": "transfer", "Tensor.cpu": "transfer",
+    "torch.nonzero": "dynamic", "Tensor.nonzero": "dynamic", "torch.masked_select": "dynamic",
+    "Tensor.masked_select": "dynamic", "torch.unique": "dynamic", "Tensor.unique": "dynamic",
+    "torch.argwhere": "dynamic", "torch.unique_consecutive": "dynamic",
+    "Tensor.repeat_interleave": "dynamic", "torch.repeat_interleave": "dynamic",
+}
+# Operators that block on a device value (or size a result by one).
+SYNC_OPS = {
+    "aten::item": "scalar", "aten::_local_scalar_dense": "scalar", "aten::is_nonzero": "branch",
+    "aten::nonzero": "dynamic", "aten::masked_select": "dynamic", "aten::nonzero_numpy": "dynamic",
+    "aten::_unique2": "dynamic", "aten::unique_consecutive": "dynamic",
+}
+# Indexing and views: a sync inside these comes from the user's index (a boolean mask).
+INDEXING_APIS = {"Tensor.__getitem__", "Tensor.__setitem__", "torch.where", "Tensor.index_select"}
+CUDA_SYNC_CALLS = {"cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize",
+                   "hipStreamSynchronize", "hipDeviceSynchronize", "hipEventSynchronize"}
+
+FIXES = {
+    "scalar": "read scalars off the device once per N steps (accumulate in a tensor: deferred logging), "
+              "or keep the arithmetic on the device",
+    "branch": "decide on the device: torch.where(cond, a, b) instead of a Python `if` on a tensor",
+    "transfer": "keep the data on the device in the step; move results to the host after the step "
+                "(or with .to('cpu', non_blocking=True) into pinned memory, read later)",
+    "dynamic": "use masks instead of boolean indexing (x * mask, torch.where(mask, x, 0)), or "
+               "torch.nonzero_static(x, size=K) when the count has a known bound",
+    "cuda": "remove explicit torch.cuda.synchronize()/event waits from the step; synchronize only where a "
+            "host needs the value",
+}
+LABELS = {"scalar": ".item()/scalar read", "branch": "tensor used as a Python bool", "transfer": "copy to host",
+          "dynamic": "data-dependent size (nonzero / boolean mask)", "cuda": "CUDA sync API"}
+DATA_DEPENDENT_BREAK = ("item()", "tolist", "numpy", "nonzero", "data-dependent", "data dependent",
+                        "dynamic shape operator", "generic_jump", "Tensor.__bool__", "bool(")
+
+
+@dataclass
+class SyncSite:
+    file: str
+    line: int
+    kinds: set[str] = field(default_factory=set)
+    count: int = 0
+    apis: set[str] = field(default_factory=set)
+    blocked_us: float = 0.0
+    graph_break: str = ""
+    exact: bool = True
+
+
+@rule(
+    slug="host-sync",
+    code="ADV101",
+    layer=Layer.APPLICATION,
+    severity=Severity.MEDIUM,
+    thresholds={
+        "min_per_step": Threshold(1, "syncs per step on one line before it is reported", "count"),
+        "loop_per_step": Threshold(2, "syncs per step on one line that mark it as inside a loop", "count"),
+        "high_per_step": Threshold(8, "syncs per step in total that make the finding high on GPU", "count"),
+    },
+)
+def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
+    sites: dict[tuple[str, int], SyncSite] = {}
+    steps = 1
+    if ev.trace is not None:
+        steps = ev.trace.step_count
+        _from_calls(ev.trace, sites, on_cuda=ev.on_cuda)
+        if not ev.trace.calls:  # a trace without advisor's annotations: fall back to op frames
+            _from_ops(ev.trace, sites)
+        _from_cuda_runtime(ev.trace, sites)
+    if ev.graph is not None:
+        _from_graph_breaks(ev, sites)
+
+    reported = [s for s in sites.values() if s.count / steps >= th.min_per_step or (s.count == 0 and s.graph_break)]
+    if not reported:
+        return
+    reported.sort(key=lambda s: (-s.count, s.file, s.line))
+    total_per_step = sum(s.count for s in reported) / steps
+    in_loop = [s for s in reported if s.count / steps >= th.loop_per_step]
+    blocked_ms = sum(s.blocked_us for s in reported) / steps / 1000.0
+    step_ms = ev.step_ms
+
+    if ev.on_cuda:
+        severity = Severity.HIGH if (total_per_step >= th.high_per_step or in_loop) else Severity.MEDIUM
+    else:
+        severity = Severity.MEDIUM if in_loop else Severity.LOW
+    kinds = sorted({k for s in reported for k in s.kinds})
+    worst = reported[0]
+    worst_label = ", ".join(sorted(worst.apis)) or LABELS[sorted(worst.kinds)[0]]
+    message = (
+        f"{total_per_step:g} host sync(s) per step at {len(reported)} line(s); most at "
+        f"{_short(worst.file)}:{worst.line} ({worst_label}, {worst.count / steps:g} per step)"
+    )
+    if in_loop:
+        message += f"; {len(in_loop)} line(s) sync more than once per step (a loop)"
+    if not ev.on_cuda:
+        message += ". On this CPU run they cost little; on a GPU each one stalls the launch queue"
+    impact = blocked_ms / step_ms if (ev.on_cuda and step_ms) else None
+    yield Finding(
+        severity=severity,
+        message=message,
+        impact=impact,
+        evidence={
+            "syncs_per_step": round(total_per_step, 3),
+            "lines": len(reported),
+            "lines_in_loops": len(in_loop),
+            "kinds": [LABELS[k] for k in kinds],
+            **({"blocked_ms_per_step": round(blocked_ms, 3)} if ev.on_cuda else {}),
+            "graph_breaks_on_syncs": sum(1 for s in reported if s.graph_break),
+            "steps_profiled": steps,
+        },
+        locations=[_location(s, steps) for s in reported],
+        fix=Fix(
+            summary="; ".join(FIXES[k] for k in kinds),
+            before="if scores.max().item() > 0.5:\n    x = x * 2\nlogger.log(loss.item())",
+            after="x = torch.where(scores.max() > 0.5, x * 2, x)\nrunning_loss += loss.detach()  # .item() every N steps",
+            docs=["https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html#avoid-unnecessary-cpu-gpu-synchronization"],
+        ),
+    )
+
+
+def _site(sites: dict, file: str, line: int, exact: bool = True) -> SyncSite:
+    key = (file, line)
+    if key not in sites:
+        sites[key] = SyncSite(file=file, line=line, exact=exact)
+    return sites[key]
+
+
+def _from_calls(trace: Trace, sites: dict, on_cuda: bool) -> None:
+    for call in trace.calls:
+        if call.step is None and trace.steps:
+            continue
+        kind = _call_kind(trace, call, on_cuda)
+        if kind is None:
+            continue
+        site = _site(sites, call.file, call.line)
+        site.kinds.add(kind)
+        site.apis.add(call.api.replace("Tensor.", ".").replace("torch.", "torch."))
+        site.count += 1
+
+
+def _call_kind(trace: Trace, call: SourceCall, on_cuda: bool) -> str | None:
+    if call.api in SYNC_APIS:
+        if call.api == "Tensor.cpu" and not on_cuda:
+            # .cpu() on a CPU tensor is free; it syncs only when the step runs on a GPU
+            return "transfer"
+        return SYNC_APIS[call.api]
+    if call.api in INDEXING_APIS:
+        for kind in _sync_ops_within(trace, call):
+            return kind
+    # A sync inside any other torch function is PyTorch's own (e.g. one_hot's index check
+    # on CPU); blaming the user's line for it would be wrong.
+    return None
+
+
+def _sync_ops_within(trace: Trace, call: SourceCall) -> Iterator[str]:
+    for index in call.ops:
+        op = trace.ops[index]
+        if op.name in SYNC_OPS:
+            yield SYNC_OPS[op.name]
+        # nested dispatch: look one level down for aten::nonzero under aten::index
+        for inner in trace.ops[index + 1:index + 12]:
+            if inner.ts > op.ts + op.dur:
+                break
+            if inner.tid == op.tid and inner.name in SYNC_OPS:
+                yield SYNC_OPS[inner.name]
+
+
+def _from_ops(trace: Trace, sites: dict) -> None:
+    for op in trace.step_ops():
+        kind = SYNC_OPS.get(op.name)
+        if kind is None or op.src is None or op.name == "aten::_local_scalar_dense":
+            continue  # _local_scalar_dense sits inside aten::item: count the item once
+        site = _site(sites, op.src.file, op.src.line, exact=op.src.exact)
+        site.kinds.add(kind)
+        site.apis.add(op.name)
+        site.count += 1
+
+
+def _from_cuda_runtime(trace: Trace, sites: dict) -> None:
+    for event in trace.runtime:
+        if event.name not in CUDA_SYNC_CALLS or (trace.steps and event.step is None):
+            continue
+        op: Op | None = trace.enclosing_op(event.tid, event.ts)
+        if op is not None and op.src is not None:
+            site = _site(sites, op.src.file, op.src.line, exact=op.src.exact)
+            site.blocked_us += event.dur
+            if op.name in SYNC_OPS or (op.call is not None and trace.calls[op.call].api in SYNC_APIS):
+                continue  # already counted through its call; add the time only
+            site.kinds.add("cuda")
+            site.apis.add(event.name)
+            site.count += 1
+        else:
+            site = _site(sites, "<unattributed>", 0, exact=False)
+            site.kinds.add("cuda")
+            site.apis.add(event.name)
+            site.count += 1
+            site.blocked_us += event.dur
+
+
+def _from_graph_breaks(ev: Evidence, sites: dict) -> None:
+    for brk in ev.graph.breaks:
+        if not brk.file or not any(marker in brk.reason for marker in DATA_DEPENDENT_BREAK):
+            continue
+        site = _site(sites, brk.file, brk.line)
+        site.graph_break = brk.reason
+        if not site.kinds:
+            site.kinds.add("scalar" if "item" in brk.reason else "dynamic")
+
+
+def _location(site: SyncSite, steps: int) -> Location:
+    notes = []
+    if site.apis:
+        notes.append(", ".join(sorted(site.apis)))
+    if site.graph_break:
+        notes.append(f"also breaks the torch.compile graph: {site.graph_break}")
+    if not site.exact:
+        notes.append("function-level: the trace names the function, not the line")
+    return Location.at(site.file, site.line, count_per_step=round(site.count / steps, 3), note="; ".join(notes))
+
+
+def _short(path: str) -> str:
+    return os.path.basename(path) or path
