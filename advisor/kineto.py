@@ -44,6 +44,7 @@ class Op:
     self_dur: float = 0.0
     step: int | None = None
     depth: int = 0  # number of enclosing CPU ops
+    parent: int | None = None  # index into Trace.ops of the enclosing CPU op
     src: SourceRef | None = None
     call: int | None = None  # index into Trace.calls of the annotated user call that ran it
     input_dims: list = field(default_factory=list)
@@ -62,7 +63,7 @@ class SourceCall:
     dur: float
     tid: int
     step: int | None = None
-    ops: list[int] = field(default_factory=list)  # indices of the top ops it ran
+    ops: list[int] = field(default_factory=list)  # indices of every op it ran, nested ones too
 
 
 @dataclass(slots=True)
@@ -134,6 +135,12 @@ class Trace:
             if op.ts <= ts <= op.ts + op.dur and (best is None or op.depth > best.depth):
                 best = op
         return best
+
+    def outermost(self, op: Op) -> Op:
+        """The framework op a user would recognise (aten::item, not its _local_scalar_dense)."""
+        while op.parent is not None:
+            op = self.ops[op.parent]
+        return op
 
     def top_ops(self) -> list[Op]:
         """The ops the framework was asked for, not the ops they dispatch to internally."""
@@ -242,7 +249,7 @@ def _nest_host_events(trace: Trace, host_events: list[tuple[float, float, int, s
             op = _make_op(name, ts, dur, tid, payload["args"])
             _attach_to_context(trace, op, stack)
             trace.ops.append(op)
-            stack.append((end, "op", op))
+            stack.append((end, "op", len(trace.ops) - 1))
         elif cat == "user_annotation" and name.startswith(SOURCE_ANNOTATION):
             call = _parse_source_annotation(name, ts, dur, tid)
             if call is not None:
@@ -268,14 +275,14 @@ def _attach_to_context(trace: Trace, op: Op, stack: list[tuple[float, str, Any]]
     for _, kind, payload in reversed(stack):
         if kind == "op":
             if parent_op is None:
-                parent_op = payload
+                parent_op = trace.ops[payload]
+                op.parent = payload
             op.depth += 1
         elif kind == "call" and op.call is None:
             op.call = payload
             call = trace.calls[payload]
             op.src = SourceRef(call.file, call.line, call.api, exact=True)
-            if parent_op is None:
-                call.ops.append(len(trace.ops))
+            call.ops.append(len(trace.ops))
         elif kind == "frame" and op.src is None and op.call is None:
             op.src = payload
     if parent_op is not None:

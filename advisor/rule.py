@@ -73,6 +73,8 @@ class Location(BaseModel):
     note: str = ""
 
     def label(self) -> str:
+        if not self.file:
+            return f"in {self.function}" if self.function else "(unknown place)"
         return f"{self.file}:{self.line}"
 
     @classmethod

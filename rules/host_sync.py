@@ -90,6 +90,7 @@ DATA_DEPENDENT_BREAK = ("item()", "tolist", "numpy", "nonzero", "data-dependent"
 class SyncSite:
     file: str
     line: int
+    function: str = ""  # the CPU op it ran under, when the trace has no source for it
     kinds: set[str] = field(default_factory=set)
     count: int = 0
     apis: set[str] = field(default_factory=set)
@@ -110,7 +111,7 @@ class SyncSite:
     },
 )
 def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
-    sites: dict[tuple[str, int], SyncSite] = {}
+    sites: dict[tuple[str, int, str], SyncSite] = {}
     steps = 1
     if ev.trace is not None:
         steps = ev.trace.step_count
@@ -126,20 +127,24 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
         return
     reported.sort(key=lambda s: (-s.count, s.file, s.line))
     total_per_step = sum(s.count for s in reported) / steps
-    in_loop = [s for s in reported if s.count / steps >= th.loop_per_step]
+    has_steps = ev.trace is None or bool(ev.trace.steps)
+    unit = "per step" if has_steps else "in the trace (it marks no ProfilerStep)"
+    # Without step markers a count is not a rate: nothing can be said to repeat per step.
+    in_loop = [s for s in reported if s.count / steps >= th.loop_per_step] if has_steps else []
     blocked_ms = sum(s.blocked_us for s in reported) / steps / 1000.0
     step_ms = ev.step_ms
 
     if ev.on_cuda:
-        severity = Severity.HIGH if (total_per_step >= th.high_per_step or in_loop) else Severity.MEDIUM
+        many = has_steps and total_per_step >= th.high_per_step
+        severity = Severity.HIGH if (many or in_loop) else Severity.MEDIUM
     else:
         severity = Severity.MEDIUM if in_loop else Severity.LOW
     kinds = sorted({k for s in reported for k in s.kinds})
     worst = reported[0]
     worst_label = ", ".join(sorted(worst.apis)) or LABELS[sorted(worst.kinds)[0]]
     message = (
-        f"{total_per_step:g} host sync(s) per step at {len(reported)} line(s); most at "
-        f"{_short(worst.file)}:{worst.line} ({worst_label}, {worst.count / steps:g} per step)"
+        f"{total_per_step:g} host sync(s) {unit} at {len(reported)} place(s); most at "
+        f"{_place(worst)} ({worst_label}, {worst.count / steps:g} {unit.split(' (')[0]})"
     )
     if in_loop:
         message += f"; {len(in_loop)} line(s) sync more than once per step (a loop)"
@@ -169,10 +174,10 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     )
 
 
-def _site(sites: dict, file: str, line: int, exact: bool = True) -> SyncSite:
-    key = (file, line)
+def _site(sites: dict, file: str, line: int, exact: bool = True, function: str = "") -> SyncSite:
+    key = (file, line, function)
     if key not in sites:
-        sites[key] = SyncSite(file=file, line=line, exact=exact)
+        sites[key] = SyncSite(file=file, line=line, exact=exact, function=function)
     return sites[key]
 
 
@@ -205,26 +210,26 @@ def _call_kind(trace: Trace, call: SourceCall, on_cuda: bool) -> str | None:
 
 def _sync_ops_within(trace: Trace, call: SourceCall) -> Iterator[str]:
     for index in call.ops:
-        op = trace.ops[index]
-        if op.name in SYNC_OPS:
-            yield SYNC_OPS[op.name]
-        # nested dispatch: look one level down for aten::nonzero under aten::index
-        for inner in trace.ops[index + 1:index + 12]:
-            if inner.ts > op.ts + op.dur:
-                break
-            if inner.tid == op.tid and inner.name in SYNC_OPS:
-                yield SYNC_OPS[inner.name]
+        kind = SYNC_OPS.get(trace.ops[index].name)
+        if kind is not None:
+            yield kind
 
 
 def _from_ops(trace: Trace, sites: dict) -> None:
     for op in trace.step_ops():
         kind = SYNC_OPS.get(op.name)
-        if kind is None or op.src is None or op.name == "aten::_local_scalar_dense":
-            continue  # _local_scalar_dense sits inside aten::item: count the item once
-        site = _site(sites, op.src.file, op.src.line, exact=op.src.exact)
+        if kind is None or (op.parent is not None and trace.ops[op.parent].name in SYNC_OPS):
+            continue  # aten::_local_scalar_dense inside aten::item: count the item once
+        site = _op_site(trace, op, sites)
         site.kinds.add(kind)
         site.apis.add(op.name)
         site.count += 1
+
+
+def _op_site(trace: Trace, op: Op, sites: dict) -> SyncSite:
+    if op.src is not None:
+        return _site(sites, op.src.file, op.src.line, exact=op.src.exact)
+    return _site(sites, "", 0, exact=False, function=trace.outermost(op).name)
 
 
 def _from_cuda_runtime(trace: Trace, sites: dict) -> None:
@@ -232,20 +237,19 @@ def _from_cuda_runtime(trace: Trace, sites: dict) -> None:
         if event.name not in CUDA_SYNC_CALLS or (trace.steps and event.step is None):
             continue
         op: Op | None = trace.enclosing_op(event.tid, event.ts)
-        if op is not None and op.src is not None:
-            site = _site(sites, op.src.file, op.src.line, exact=op.src.exact)
-            site.blocked_us += event.dur
-            if op.name in SYNC_OPS or (op.call is not None and trace.calls[op.call].api in SYNC_APIS):
-                continue  # already counted through its call; add the time only
-            site.kinds.add("cuda")
-            site.apis.add(event.name)
-            site.count += 1
+        if op is None:  # a bare API call (torch.cuda.synchronize() and friends)
+            site = _site(sites, "", 0, exact=False, function=event.name)
+            counted = False
         else:
-            site = _site(sites, "<unattributed>", 0, exact=False)
-            site.kinds.add("cuda")
-            site.apis.add(event.name)
-            site.count += 1
-            site.blocked_us += event.dur
+            site = _op_site(trace, op, sites)
+            counted = trace.outermost(op).name in SYNC_OPS or (
+                op.call is not None and trace.calls[op.call].api in SYNC_APIS)
+        site.blocked_us += event.dur
+        if counted and site.count:
+            continue  # the sync API sits inside an op already counted at this line: add its time only
+        site.kinds.add("cuda")
+        site.apis.add(event.name)
+        site.count += 1
 
 
 def _from_graph_breaks(ev: Evidence, sites: dict) -> None:
@@ -266,8 +270,11 @@ def _location(site: SyncSite, steps: int) -> Location:
         notes.append(f"also breaks the torch.compile graph: {site.graph_break}")
     if not site.exact:
         notes.append("function-level: the trace names the function, not the line")
-    return Location.at(site.file, site.line, count_per_step=round(site.count / steps, 3), note="; ".join(notes))
+    return Location.at(site.file, site.line, function=site.function,
+                       count_per_step=round(site.count / steps, 3), note="; ".join(notes))
 
 
-def _short(path: str) -> str:
-    return os.path.basename(path) or path
+def _place(site: SyncSite) -> str:
+    if site.file:
+        return f"{os.path.basename(site.file)}:{site.line}"
+    return f"{site.function} (no source line in the trace)"

@@ -38,6 +38,9 @@ def capture_graph(model: torch.nn.Module, inputs: Any) -> GraphCapture:
             explained = dynamo.explain(model)(inputs)
     finally:
         dynamo.reset()  # later stages must run the model eagerly
+    if not explained.graphs and not explained.break_reasons:
+        raise RuntimeError("TorchDynamo captured no graph: the forward was skipped or fell back to eager "
+                           "execution under tracing")
     capture = GraphCapture(method="dynamo", graph_count=len(explained.graphs))
     for index, graph_module in enumerate(explained.graphs):
         capture.nodes.extend(_nodes(index, graph_module))

@@ -32,6 +32,6 @@ def print_summary(report: Report, written: dict[str, str]) -> None:
         tag = click.style(f"{severity.upper():<6}", fg=_COLOURS.get(severity))
         click.echo(f"  {tag} {finding.code} {finding.slug}: {finding.message}")
         for location in finding.locations[:3]:
-            click.echo(f"         at {location.file}:{location.line}  {location.code}")
+            click.echo(f"         at {location.label()}  {location.code}")
     for fmt, path in written.items():
         click.echo(f"{fmt.upper()} report: {path}")

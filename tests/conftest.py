@@ -1,0 +1,58 @@
+"""Shared helpers: write model files, run real audits (cached per session), find fixtures."""
+
+from __future__ import annotations
+
+import os
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from advisor.audit import AuditOptions, AuditResult, run_audit
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLES = ROOT / "samples"
+SHARED_TRACES = ROOT.parent / "shared" / "traces" / "hta"
+
+
+def write_model(directory: Path, source: str, name: str = "model.py") -> Path:
+    path = directory / name
+    path.write_text(textwrap.dedent(source).lstrip(), encoding="utf-8")
+    return path
+
+
+def audit(path: Path, out_dir: Path, **options) -> AuditResult:
+    options.setdefault("timeout", 120)
+    return run_audit(AuditOptions(model_file=str(path), out_dir=str(out_dir), **options))
+
+
+@pytest.fixture(scope="session")
+def sample_audit(tmp_path_factory):
+    """Audit a bundled sample once per test session: ``sample_audit("host_sync")``."""
+    cache: dict[str, AuditResult] = {}
+    out_dir = tmp_path_factory.mktemp("sample-reports")
+
+    def run(name: str) -> AuditResult:
+        if name not in cache:
+            cache[name] = audit(SAMPLES / f"{name}.py", out_dir)
+        return cache[name]
+
+    return run
+
+
+def line_of(path: Path, marker: str) -> int:
+    """The 1-based line number of the first line containing ``marker``."""
+    for number, text in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if marker in text:
+            return number
+    raise AssertionError(f"{marker!r} not in {path}")
+
+
+def shared_trace(relative: str) -> Path:
+    path = SHARED_TRACES / relative
+    if not path.exists():
+        pytest.skip(f"shared trace fixture {relative} is not present (../shared/traces/hta)")
+    return path
+
+
+os.environ.setdefault("PYTHONWARNINGS", "ignore::DeprecationWarning")

@@ -1,0 +1,97 @@
+"""The Kineto parser on real recorded traces (../shared) and on broken files."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+
+from advisor.kineto import TraceFormatError, parse_trace
+from conftest import shared_trace
+
+
+def test_a100_event_sync_trace():
+    trace = parse_trace(str(shared_trace("critical_path/cuda_event_sync/event_sync_trace.json.gz")))
+    names = [r.name for r in trace.runtime]
+    assert names.count("cudaStreamSynchronize") == 1
+    assert names.count("cudaDeviceSynchronize") == 1
+    assert names.count("cudaEventSynchronize") == 1
+    assert len(trace.kernels) == 4
+    assert [m.name for m in trace.memcpy] == ["Memcpy DtoH (Device -> Pageable)"]
+    assert sum(op.name == "aten::item" for op in trace.ops) == 1
+    item = next(op for op in trace.ops if op.name == "aten::_local_scalar_dense")
+    # `if tensor:` in that script: is_nonzero -> item -> _local_scalar_dense
+    assert trace.ops[item.parent].name == "aten::item" and trace.outermost(item).name == "aten::is_nonzero"
+    assert trace.device_properties and trace.device_properties[0]["name"].startswith("NVIDIA A100")
+
+
+def test_triton_trace_with_float_timestamps_and_driver_launch():
+    trace = parse_trace(str(shared_trace("triton_example/triton_example.json.gz")))
+    [kernel] = trace.kernels
+    assert kernel.name == "triton_poi_fused_add_cos_sin_0" and kernel.dur == pytest.approx(1.76, abs=0.01)
+    launch = next(r for r in trace.runtime if r.name == "cuLaunchKernel")
+    assert launch.cat == "cuda_driver" and launch.correlation == kernel.correlation
+
+
+def test_amd_trace_parses_without_cuda_runtime_names():
+    trace = parse_trace(str(shared_trace("amd_trace/mi250_minitoy_train_ROCm6_2_kineto.json.gz")))
+    assert len(trace.kernels) == 14
+    assert not any(r.name.startswith("cuda") for r in trace.runtime)
+    assert sum(r.name == "hipDeviceSynchronize" for r in trace.runtime) == 1
+
+
+def test_profiler_steps_assign_ops_kernels_by_correlation():
+    trace = parse_trace(str(shared_trace("ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz")))
+    assert len(trace.steps) >= 1
+    stepped = [k for k in trace.kernels if k.step is not None]
+    assert stepped and all(0 <= k.step < len(trace.steps) for k in stepped)
+
+
+def _write(path, payload: bytes, compress: bool = True):
+    path.write_bytes(gzip.compress(payload) if compress else payload)
+    return str(path)
+
+
+def test_truncated_gzip_names_the_file(tmp_path):
+    whole = gzip.compress(json.dumps({"traceEvents": [{"ph": "X", "name": "a", "ts": 1, "dur": 1}] * 200}).encode())
+    path = tmp_path / "cut.json.gz"
+    path.write_bytes(whole[: len(whole) // 2])
+    with pytest.raises(TraceFormatError, match=r"cut\.json\.gz: .*(truncated|corrupt)"):
+        parse_trace(str(path))
+
+
+def test_invalid_json_names_file_line_and_column(tmp_path):
+    path = _write(tmp_path / "bad.json", b'{"traceEvents": [ {"ph": "X",, } ]}', compress=False)
+    with pytest.raises(TraceFormatError, match=r"bad\.json: not valid JSON at line 1, column"):
+        parse_trace(path)
+
+
+def test_json_that_is_not_a_trace_is_rejected(tmp_path):
+    path = _write(tmp_path / "other.json", b'{"hello": 1}', compress=False)
+    with pytest.raises(TraceFormatError, match="no 'traceEvents' list"):
+        parse_trace(path)
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(TraceFormatError, match="no such file"):
+        parse_trace(str(tmp_path / "absent.json.gz"))
+
+
+def test_nested_self_time_and_source_annotations(tmp_path):
+    events = [
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#0", "ts": 0, "dur": 100, "tid": 1},
+        {"ph": "X", "cat": "user_annotation", "name": "advisor.src:Tensor.item@/m.py:7", "ts": 10, "dur": 30, "tid": 1},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::item", "ts": 11, "dur": 20, "tid": 1},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::_local_scalar_dense", "ts": 12, "dur": 15, "tid": 1},
+        {"ph": "X", "cat": "python_function", "name": "/m.py(3): forward", "ts": 50, "dur": 40, "tid": 1},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::add", "ts": 60, "dur": 5, "tid": 1},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mul", "ts": 200, "dur": 5, "tid": 1},
+    ]
+    trace = parse_trace(_write(tmp_path / "t.json", json.dumps({"traceEvents": events}).encode(), compress=False))
+    item, scalar, add, mul = trace.ops
+    assert item.self_dur == pytest.approx(5) and scalar.depth == 1 and scalar.parent == 0
+    assert item.src.line == 7 and item.src.api == "Tensor.item" and item.src.exact
+    assert trace.calls[0].ops == [0, 1] and trace.calls[0].step == 0
+    assert add.src.file == "/m.py" and add.src.line == 3 and not add.src.exact  # function-level only
+    assert mul.step is None and trace.step_ops() == [item, scalar, add]

@@ -1,0 +1,80 @@
+"""Reports: the JSON schema round trip, the self-contained and escaped HTML, exit codes."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+from advisor.report.html import render_html
+from advisor.report.model import SCHEMA_VERSION, Report
+from conftest import SAMPLES, audit, line_of, write_model
+
+
+def test_json_round_trips_through_the_schema(sample_audit):
+    report = sample_audit("host_sync").report
+    text = report.model_dump_json()
+    again = Report.model_validate_json(text)
+    assert again == report
+    data = json.loads(text)
+    assert data["schema_version"] == SCHEMA_VERSION
+    assert all(f["slug"] for f in data["findings"]) and data["findings"][0]["locations"][0]["line"] > 0
+    assert set(data) >= {"target", "environment", "timing", "graph", "trace", "findings", "errors", "stages"}
+
+
+def test_failed_audits_round_trip_with_their_errors(tmp_path):
+    path = write_model(tmp_path, "import torch\ndef get_model(): raise OSError('disk')\ndef get_inputs(): return 1\n")
+    report = audit(path, tmp_path / "out").report
+    assert Report.model_validate_json(report.model_dump_json()) == report
+    assert report.errors[0].message == "get_model() raised OSError: disk"
+
+
+def test_html_is_self_contained(sample_audit):
+    html = render_html(sample_audit("host_sync").report)
+    assert "<script src" not in html and "<link" not in html and "@import" not in html
+    assert not re.search(r"""(src|url)\s*[=(]\s*["']?https?:""", html)
+    assert "Device-to-host synchronization inside the step" in html
+    item_line = line_of(SAMPLES / "host_sync.py", ".item() > 0.5")
+    assert f"host_sync.py:{item_line}</td>" in html  # the finding's location, pinned to the line
+
+
+def test_hostile_names_from_the_model_stay_text(tmp_path):
+    path = write_model(tmp_path, """
+        import torch
+        def _forward(self, x):
+            y = self.lin(x)
+            if y.sum() > 0:  # <img src=x onerror=alert(1)>
+                print("<script>alert('stdout')</script>")
+            return y
+        Hostile = type("<script>alert('class')</script>", (torch.nn.Module,), {"forward": _forward})
+        def get_model():
+            model = Hostile()
+            model.lin = torch.nn.Linear(2, 2)
+            return model
+        def get_inputs(): return torch.ones(1, 2)
+    """)
+    result = audit(path, tmp_path / "out")
+    assert result.report.target.model_class == "<script>alert('class')</script>"
+    assert result.report.findings, "the hostile line must reach the report through a finding"
+    html = render_html(result.report)
+    assert "<script>" not in html and "<img" not in html
+    assert "&lt;script&gt;alert(" in html and "&lt;img src=x onerror=alert(1)&gt;" in html
+
+
+def test_exit_codes_follow_fail_on_and_formats_are_chosen(tmp_path):
+    base = [sys.executable, "-m", "advisor", "audit", str(SAMPLES / "host_sync.py"), "--quiet"]
+    strict = subprocess.run(base + ["--out", str(tmp_path / "a"), "--fail-on", "low", "--format", "json"],
+                            capture_output=True, text=True, timeout=300)
+    assert strict.returncode == 1
+    assert (tmp_path / "a" / "host_sync.json").exists() and not (tmp_path / "a" / "host_sync.html").exists()
+    assert (tmp_path / "a" / "host_sync.trace.json.gz").exists()
+    assert "MEDIUM ADV101 host-sync" in strict.stdout and "JSON report:" in strict.stdout
+    bad = subprocess.run(base + ["--format", "pdf"], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "subset of html,json" in bad.stderr
+
+
+def test_default_fail_on_high_passes_a_cpu_audit_with_medium_findings(sample_audit):
+    result = sample_audit("host_sync")
+    assert result.exit_code("high") == 0 and result.exit_code("medium") == 1
+    assert sample_audit("clean_mlp").exit_code("info") == 0
