@@ -17,6 +17,11 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 SOURCE_ANNOTATION = "advisor.src:"
+# Runtime calls that block the host until the device (a stream, an event, everything) is done.
+SYNC_RUNTIME_CALLS = frozenset({
+    "cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize",
+    "hipStreamSynchronize", "hipDeviceSynchronize", "hipEventSynchronize",
+})
 STEP_PREFIX = "ProfilerStep#"
 
 # Path fragments that mark a Python frame as library code rather than the user's.

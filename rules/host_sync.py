@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from typing import Iterator
 
 from advisor.evidence import Evidence
-from advisor.kineto import Op, SourceCall, Trace
+from advisor.kineto import SYNC_RUNTIME_CALLS, Op, SourceCall, Trace
 from advisor.rule import Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
 
 # What each user-facing API does, by how it syncs (the key selects the fix text).
@@ -66,8 +66,6 @@ SYNC_OPS = {
 }
 # Indexing and views: a sync inside these comes from the user's index (a boolean mask).
 INDEXING_APIS = {"Tensor.__getitem__", "Tensor.__setitem__", "torch.where", "Tensor.index_select"}
-CUDA_SYNC_CALLS = {"cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize",
-                   "hipStreamSynchronize", "hipDeviceSynchronize", "hipEventSynchronize"}
 
 FIXES = {
     "scalar": "read scalars off the device once per N steps (accumulate in a tensor: deferred logging), "
@@ -234,7 +232,7 @@ def _op_site(trace: Trace, op: Op, sites: dict) -> SyncSite:
 
 def _from_cuda_runtime(trace: Trace, sites: dict) -> None:
     for event in trace.runtime:
-        if event.name not in CUDA_SYNC_CALLS or (trace.steps and event.step is None):
+        if event.name not in SYNC_RUNTIME_CALLS or (trace.steps and event.step is None):
             continue
         op: Op | None = trace.enclosing_op(event.tid, event.ts)
         if op is None:  # a bare API call (torch.cuda.synchronize() and friends)

@@ -32,6 +32,7 @@ class TraceSummary(BaseModel):
     all_ops_per_step: float = Field(description="every operator event, internal dispatch included")
     kernels_per_step: float = 0.0
     memcpy_per_step: float = 0.0
+    syncs_per_step: float = Field(default=0.0, description="device synchronization API calls per step")
     source_attributed: bool = Field(description="whether ops carry the user's exact source line")
     top_ops: list[OpShare] = Field(default_factory=list)
 

@@ -6,7 +6,7 @@ import os
 from collections import Counter, defaultdict
 
 from advisor.evidence import GraphCapture
-from advisor.kineto import Trace
+from advisor.kineto import SYNC_RUNTIME_CALLS, Trace
 from advisor.report.model import GraphSummary, OpShare, TraceSummary
 
 TOP_OPS = 12
@@ -32,6 +32,8 @@ def summarize_trace(trace: Trace) -> TraceSummary:
         all_ops_per_step=len(ops) / steps,
         kernels_per_step=len(kernels) / steps,
         memcpy_per_step=len(memcpy) / steps,
+        syncs_per_step=sum(1 for r in trace.runtime if r.name in SYNC_RUNTIME_CALLS
+                           and (r.step is not None or not trace.steps)) / steps,
         source_attributed=bool(trace.calls),
         top_ops=[
             OpShare(name=name, self_ms_per_step=us / steps / 1000.0, share=us / total, calls_per_step=calls[name] / steps)
