@@ -11,7 +11,7 @@ from advisor import __version__
 from advisor.capture.supervisor import CaptureRun, run_capture
 from advisor.engine import RuleSet, check_disabled, load_rules, parse_settings, run_rules
 from advisor.errors import StageError
-from advisor.evidence import DataLoaderInfo, Environment, Evidence, GraphCapture, TargetInfo, Timing
+from advisor.evidence import DataLoaderInfo, Environment, Evidence, FlopCount, GraphCapture, TargetInfo, Timing
 from advisor.kineto import TraceFormatError, parse_trace
 from advisor.report.model import ModelOutput, Report, RuleProblemRecord, StageRecord, VerificationSettings
 from advisor.report.summarize import summarize_graph, summarize_trace
@@ -89,6 +89,7 @@ def run_audit(options: AuditOptions, progress: Callable[[str], None] = lambda te
         report.findings = findings
         report.rule_problems += [RuleProblemRecord(source=p.source, message=p.message) for p in problems]
     report.environment, report.timing, report.data = evidence.env, evidence.timing, evidence.data
+    report.flops = evidence.flops
     if evidence.trace is not None:
         report.trace = summarize_trace(evidence.trace)
     if evidence.graph is not None:
@@ -109,6 +110,8 @@ def build_evidence(run: CaptureRun, model_file: str) -> tuple[Evidence, list[Sta
         evidence.graph = GraphCapture.model_validate_json(text)
     elif (outcome := run.outcomes.get("graph")) is not None and outcome.error is not None:
         evidence.graph_error = outcome.error.message
+    if (text := run.result("flops")) is not None:
+        evidence.flops = FlopCount.model_validate_json(text)
     if (text := run.result("data")) is not None:
         evidence.data = DataLoaderInfo.model_validate_json(text)
     if (text := run.result("trace")) is not None:

@@ -56,6 +56,8 @@ class Environment(BaseModel):
     float32_matmul_precision: str = ""
     deterministic_algorithms: bool = False
     anomaly_detection: bool = False
+    dispatch_overhead_us: float | None = Field(
+        default=None, description="measured host time of one trivial eager op (per-op overhead floor)")
 
 
 class Timing(BaseModel):
@@ -129,6 +131,13 @@ class GraphCapture(BaseModel):
         return [n for n in self.nodes if n.op in ("call_function", "call_method", "call_module")]
 
 
+class FlopCount(BaseModel):
+    """FLOPs of one whole step (forward, and backward in training), by operator."""
+
+    total: int = 0
+    by_op: dict[str, int] = Field(default_factory=dict)
+
+
 class DataLoaderInfo(BaseModel):
     loader_class: str = ""
     batch_size: int | None = None
@@ -143,6 +152,10 @@ class DataLoaderInfo(BaseModel):
     first_batch_ms: float | None = Field(default=None, description="includes worker start-up")
     batch_ms_median: float | None = None
     batch_ms_samples: list[float] = Field(default_factory=list)
+    batch_bytes: int | None = Field(default=None, description="bytes of tensors in the first batch")
+    batches_per_epoch: int | None = None
+    source_file: str = Field(default="", description="the dataset's __getitem__ (user code) or get_dataloader")
+    source_line: int = 0
 
 
 class Evidence(BaseModel):
@@ -157,6 +170,7 @@ class Evidence(BaseModel):
     graph_error: str | None = None
     trace: Trace | None = None
     data: DataLoaderInfo | None = None
+    flops: FlopCount | None = None
 
     @property
     def on_cuda(self) -> bool:

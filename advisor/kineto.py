@@ -25,7 +25,8 @@ SYNC_RUNTIME_CALLS = frozenset({
 STEP_PREFIX = "ProfilerStep#"
 
 # Path fragments that mark a Python frame as library code rather than the user's.
-LIBRARY_MARKERS = ("site-packages/", "dist-packages/", "torch/", "<built-in", "<frozen", "python3.")
+LIBRARY_MARKERS = ("site-packages/", "dist-packages/", "torch/", "<built-in", "<frozen", "python3.",
+                   "advisor/capture/", "advisor/target.py")  # advisor's own step runner, when not installed
 
 
 class TraceFormatError(ValueError):
@@ -50,11 +51,13 @@ class Op:
     step: int | None = None
     depth: int = 0  # number of enclosing CPU ops
     parent: int | None = None  # index into Trace.ops of the enclosing CPU op
+    index: int = -1  # its own position in Trace.ops
     src: SourceRef | None = None
     call: int | None = None  # index into Trace.calls of the annotated user call that ran it
     input_dims: list = field(default_factory=list)
     input_types: list = field(default_factory=list)
     input_strides: list = field(default_factory=list)
+    concrete_inputs: list = field(default_factory=list)  # scalar arguments as text ("False", "[1, 2]")
 
 
 @dataclass(slots=True)
@@ -107,6 +110,7 @@ class Trace:
     device_properties: list[dict] = field(default_factory=list)
     distributed_info: dict = field(default_factory=dict)
     _by_tid: dict[int, list[Op]] | None = field(default=None, repr=False, compare=False)
+    _children: dict[int, list[int]] | None = field(default=None, repr=False, compare=False)
 
     @property
     def has_gpu(self) -> bool:
@@ -140,6 +144,15 @@ class Trace:
             if op.ts <= ts <= op.ts + op.dur and (best is None or op.depth > best.depth):
                 best = op
         return best
+
+    def children(self, op: Op) -> list[Op]:
+        """The ops dispatched directly by ``op``."""
+        if self._children is None:
+            self._children = {}
+            for other in self.ops:
+                if other.parent is not None:
+                    self._children.setdefault(other.parent, []).append(other.index)
+        return [self.ops[i] for i in self._children.get(op.index, ())]
 
     def outermost(self, op: Op) -> Op:
         """The framework op a user would recognise (aten::item, not its _local_scalar_dense)."""
@@ -252,6 +265,7 @@ def _nest_host_events(trace: Trace, host_events: list[tuple[float, float, int, s
         name = payload["name"]
         if cat == "cpu_op":
             op = _make_op(name, ts, dur, tid, payload["args"])
+            op.index = len(trace.ops)
             _attach_to_context(trace, op, stack)
             trace.ops.append(op)
             stack.append((end, "op", len(trace.ops) - 1))
@@ -272,6 +286,7 @@ def _make_op(name: str, ts: float, dur: float, tid: int, args: dict) -> Op:
         input_dims=args.get("Input Dims") or [],
         input_types=args.get("Input type") or [],
         input_strides=args.get("Input Strides") or [],
+        concrete_inputs=args.get("Concrete Inputs") or [],
     )
 
 

@@ -117,6 +117,7 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
         if not ev.trace.calls:  # a trace without advisor's annotations: fall back to op frames
             _from_ops(ev.trace, sites)
         _from_cuda_runtime(ev.trace, sites)
+        _from_device_to_host_copies(ev.trace, sites)
     if ev.graph is not None:
         _from_graph_breaks(ev, sites)
 
@@ -128,7 +129,7 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     has_steps = ev.trace is None or bool(ev.trace.steps)
     unit = "per step" if has_steps else "in the trace (it marks no ProfilerStep)"
     # Without step markers a count is not a rate: nothing can be said to repeat per step.
-    in_loop = [s for s in reported if s.count / steps >= th.loop_per_step] if has_steps else []
+    in_loop = [s for s in reported if s.file and s.count / steps >= th.loop_per_step] if has_steps else []
     blocked_ms = sum(s.blocked_us for s in reported) / steps / 1000.0
     step_ms = ev.step_ms
 
@@ -247,6 +248,25 @@ def _from_cuda_runtime(trace: Trace, sites: dict) -> None:
             continue  # the sync API sits inside an op already counted at this line: add its time only
         site.kinds.add("cuda")
         site.apis.add(event.name)
+        site.count += 1
+
+
+def _from_device_to_host_copies(trace: Trace, sites: dict) -> None:
+    """DtoH copies wait for the device; count those not already counted through a sync op."""
+    launches = {r.correlation: r for r in trace.runtime if r.correlation is not None}
+    for copy in trace.memcpy:
+        if "DtoH" not in copy.name or (trace.steps and copy.step is None):
+            continue
+        launch = launches.get(copy.correlation)
+        op = trace.enclosing_op(launch.tid, launch.ts) if launch is not None else None
+        if op is None:
+            site = _site(sites, "", 0, exact=False, function=copy.name)
+        else:
+            if trace.outermost(op).name in SYNC_OPS or (op.call is not None and trace.calls[op.call].api in SYNC_APIS):
+                continue  # .item() and friends: the copy is how they sync, already counted
+            site = _op_site(trace, op, sites)
+        site.kinds.add("transfer")
+        site.apis.add(copy.name)
         site.count += 1
 
 

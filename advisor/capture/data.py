@@ -2,19 +2,32 @@
 
 from __future__ import annotations
 
+import inspect
+import os
 import time
 from typing import Any, Callable
+
+import torch
+from torch.utils._pytree import tree_flatten
 
 from advisor.evidence import DataLoaderInfo
 
 
-def describe_loader(loader: Any) -> DataLoaderInfo:
+def describe_loader(loader: Any, fallback_source: tuple[str, int] = ("", 0)) -> DataLoaderInfo:
     dataset = getattr(loader, "dataset", None)
     try:
         length = len(dataset) if dataset is not None else None
     except TypeError:  # iterable datasets
         length = None
+    try:
+        batches = len(loader)
+    except TypeError:
+        batches = None
+    source_file, source_line = _user_source(type(dataset), "__getitem__") or fallback_source
     return DataLoaderInfo(
+        batches_per_epoch=batches,
+        source_file=source_file,
+        source_line=source_line,
         loader_class=type(loader).__name__,
         batch_size=getattr(loader, "batch_size", None),
         num_workers=int(getattr(loader, "num_workers", 0) or 0),
@@ -32,19 +45,22 @@ def measure_loader(
     max_batches: int = 30,
     budget_s: float = 5.0,
     on_batch: Callable[[int], None] | None = None,
+    fallback_source: tuple[str, int] = ("", 0),
 ) -> DataLoaderInfo:
     """Time ``next()`` per batch over one pass (bounded); the first includes worker start-up."""
-    info = describe_loader(loader)
+    info = describe_loader(loader, fallback_source)
     started = time.perf_counter()
     iterator = iter(loader)
     samples: list[float] = []
     while len(samples) < max_batches:
         begin = time.perf_counter_ns()
         try:
-            next(iterator)
+            batch = next(iterator)
         except StopIteration:
             break
         samples.append((time.perf_counter_ns() - begin) / 1e6)
+        if info.batch_bytes is None:
+            info.batch_bytes = _tensor_bytes(batch)
         if on_batch is not None:
             on_batch(len(samples))
         if time.perf_counter() - started >= budget_s and len(samples) >= 3:
@@ -57,3 +73,21 @@ def measure_loader(
         info.batch_ms_median = steady[len(steady) // 2]
         info.batch_ms_samples = samples
     return info
+
+
+def _tensor_bytes(batch: Any) -> int:
+    leaves, _ = tree_flatten(batch)
+    return sum(t.numel() * t.element_size() for t in leaves if isinstance(t, torch.Tensor))
+
+
+def _user_source(cls: type, method: str) -> tuple[str, int] | None:
+    """Where ``cls.method`` is defined, when that is the user's code rather than PyTorch's."""
+    function = getattr(cls, method, None)
+    try:
+        file = inspect.getsourcefile(function)
+        line = inspect.getsourcelines(function)[1]
+    except (TypeError, OSError):
+        return None
+    if not file or os.sep + "torch" + os.sep in file:
+        return None
+    return file, line

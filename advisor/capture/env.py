@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import platform
+import statistics
+import time
 
 import torch
 
@@ -59,6 +61,7 @@ def capture_environment(device: torch.device) -> Environment:
         anomaly_detection=torch.is_anomaly_enabled(),
         device_name=cpu_model,
     )
+    env.dispatch_overhead_us = measure_dispatch_overhead(device)
     if device.type == "cuda":
         index = device.index if device.index is not None else torch.cuda.current_device()
         env.device_name = torch.cuda.get_device_name(index)
@@ -73,3 +76,20 @@ def _cpu_capability() -> str:
         return torch.backends.cpu.get_cpu_capability()
     except AttributeError:  # torch < 2.1
         return ""
+
+
+def measure_dispatch_overhead(device: torch.device, repeats: int = 2000) -> float:
+    """Median host time of a one-element add: what every eager op costs before doing any work."""
+    a = torch.ones(1, device=device)
+    b = torch.ones(1, device=device)
+    for _ in range(200):
+        torch.add(a, b)
+    samples = []
+    for _ in range(repeats // 100):
+        begin = time.perf_counter_ns()
+        for _ in range(100):
+            torch.add(a, b)
+        samples.append((time.perf_counter_ns() - begin) / 100 / 1000)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return statistics.median(samples)

@@ -15,8 +15,8 @@ import time
 import traceback
 from typing import Any, Callable
 
-STAGES = ("load", "env", "timing", "trace", "graph", "data")
-MODEL_STAGES = ("timing", "trace")  # stages that run the whole step
+STAGES = ("load", "env", "timing", "trace", "flops", "graph", "data")
+MODEL_STAGES = ("timing", "trace", "flops")  # stages that run the whole step
 
 
 class Channel:
@@ -149,6 +149,16 @@ def _trace(state: dict, progress: Callable[[str], None]) -> str:
     return json.dumps({"trace_path": path})
 
 
+def _flops(state: dict, progress: Callable[[str], None]) -> str:
+    from advisor.capture.flops import count_flops
+    from advisor.capture.step import make_step
+    from advisor.target import call_user
+
+    target = state["target"]
+    step = make_step(target, *target.fresh())
+    return count_flops(lambda: call_user("flops", target.path, "the model step", step)).model_dump_json()
+
+
 def _graph(state: dict, progress: Callable[[str], None]) -> str:
     from advisor.capture.graph import capture_graph
     from advisor.errors import AuditError, StageError
@@ -180,12 +190,15 @@ def _data(state: dict, progress: Callable[[str], None]) -> str | None:
     if not hasattr(loader, "__iter__"):
         raise AuditError(StageError(stage="data", kind="user-code",
                                     message=f"get_dataloader() returned {type(loader).__name__}, which is not iterable"))
-    info = call_user("data", target.path, "iterating the data loader", measure_loader, loader)
+    defined_at = (target.path, target.get_dataloader.__code__.co_firstlineno)
+    info = call_user("data", target.path, "iterating the data loader",
+                     lambda: measure_loader(loader, on_batch=lambda n: progress(f"{n} batches"), fallback_source=defined_at))
     return info.model_dump_json()
 
 
 STAGE_RUNNERS: dict[str, Callable[[dict, Callable[[str], None]], str | None]] = {
-    "load": _load, "env": _env, "timing": _timing, "trace": _trace, "graph": _graph, "data": _data,
+    "load": _load, "env": _env, "timing": _timing, "trace": _trace, "flops": _flops, "graph": _graph,
+    "data": _data,
 }
 
 

@@ -11,7 +11,7 @@ from datetime import datetime, timezone
 from pydantic import BaseModel, Field
 
 from advisor.errors import StageError
-from advisor.evidence import DataLoaderInfo, Environment, GraphBreak, TargetInfo, Timing
+from advisor.evidence import DataLoaderInfo, Environment, FlopCount, GraphBreak, TargetInfo, Timing
 from advisor.rule import Finding, Layer
 
 SCHEMA_VERSION = "1.0"
@@ -79,6 +79,7 @@ class Report(BaseModel):
     graph: GraphSummary | None = None
     trace: TraceSummary | None = None
     data: DataLoaderInfo | None = None
+    flops: FlopCount | None = None
     findings: list[Finding] = Field(default_factory=list)
     errors: list[StageError] = Field(default_factory=list)
     stages: list[StageRecord] = Field(default_factory=list)

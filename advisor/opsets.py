@@ -1,0 +1,62 @@
+"""Families of profiler operators that rules reason about, and small helpers over a Trace."""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from advisor.kineto import Op, Trace
+
+# Matrix multiplies and convolutions: the work tensor cores and reduced precision speed up.
+MATMUL_OPS = frozenset({
+    "aten::linear", "aten::matmul", "aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm",
+    "aten::addbmm", "aten::einsum", "aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::convolution",
+    "aten::_convolution", "aten::conv_transpose1d", "aten::conv_transpose2d", "aten::conv_transpose3d",
+    "aten::convolution_backward", "aten::scaled_dot_product_attention",
+    "aten::_scaled_dot_product_flash_attention", "aten::_scaled_dot_product_efficient_attention",
+    "aten::_scaled_dot_product_cudnn_attention", "aten::_scaled_dot_product_flash_attention_for_cpu",
+    "aten::mkldnn_convolution", "aten::cudnn_convolution", "aten::_mkldnn_linear",
+})
+# FLOP-counter names (torch.utils.flop_counter) of the same work.
+MATMUL_FLOP_OPS = frozenset({
+    "mm", "addmm", "bmm", "baddbmm", "convolution", "_convolution", "convolution_backward",
+    "_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
+    "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_flash_attention_for_cpu",
+    "_flash_attention_forward", "_efficient_attention_forward", "_flash_attention_backward",
+    "_efficient_attention_backward", "_scaled_dot_product_flash_attention_backward",
+    "_scaled_dot_product_efficient_attention_backward", "_scaled_dot_product_flash_attention_for_cpu_backward",
+})
+# Operators that exist to copy memory into a new layout.
+LAYOUT_COPY_OPS = frozenset({"aten::contiguous", "aten::clone", "aten::_reshape_copy", "aten::copy_"})
+LOW_PRECISION_TYPES = frozenset({"c10::BFloat16", "c10::Half", "BFloat16", "Half", "c10::Float8_e4m3fn",
+                                 "c10::Float8_e5m2"})
+
+
+def outermost(trace: Trace, names: Iterable[str]) -> list[Op]:
+    """Step ops in ``names`` not nested inside another op of ``names`` (no double counting)."""
+    family = frozenset(names)
+    return [o for o in trace.step_ops()
+            if o.name in family and (o.parent is None or trace.ops[o.parent].name not in family)]
+
+
+def is_contiguous(dims: list, strides: list) -> bool:
+    """Row-major contiguity from a profiler's Input Dims / Input Strides (size-1 dims ignored)."""
+    if not isinstance(dims, list) or not isinstance(strides, list) or len(dims) != len(strides):
+        return True  # unknown: assume nothing
+    expected = 1
+    for size, stride in zip(reversed(dims), reversed(strides)):
+        if not isinstance(size, int) or not isinstance(stride, int):
+            return True
+        if size != 1 and stride != expected:
+            return False
+        expected *= size
+    return True
+
+
+def is_broadcast(dims: list, strides: list) -> bool:
+    """A stride of 0 on a dimension longer than 1: an expanded (broadcast) view."""
+    return isinstance(dims, list) and isinstance(strides, list) and any(
+        isinstance(size, int) and size > 1 and stride == 0 for size, stride in zip(dims, strides))
+
+
+def low_precision(op: Op) -> bool:
+    return bool(op.input_types) and op.input_types[0] in LOW_PRECISION_TYPES

@@ -1,0 +1,201 @@
+"""Small-kernel storm: the step is many tiny operators, bound by dispatch or launch overhead.
+
+What it detects:
+    On CPU, a step of at least ``min_ops`` operators whose mean time per operator (the
+    profiler-free step time divided by the operator count) is at most ``max_mean_op_us``: the
+    framework's per-op overhead, not arithmetic, sets the pace. On GPU, at least ``min_kernels``
+    kernels per step, most of them shorter than ``short_kernel_us``, with the GPU busy for less
+    than ``max_gpu_busy`` of the step: the CPU launches slower than the GPU executes
+    (launch-bound). Names the source lines that emit most of the operators.
+
+Why it matters:
+    Each eager operator costs a few microseconds of Python and dispatcher work on the host, and
+    on GPU a kernel launch of similar cost. When operators do less work than that, adding more
+    hardware does nothing; the step is as fast as the host can issue work. A Python loop over
+    time steps or a hand-written chain of elementwise ops is the usual cause. A step dominated
+    by a few large operators is never reported, however many small ones it also has.
+
+How to fix:
+    Fuse: ``torch.compile(model)`` turns elementwise chains into single kernels; on GPU,
+    ``torch.compile(model, mode="reduce-overhead")`` adds CUDA graphs, replaying the whole step
+    with one launch. Vectorize Python loops (process all time steps, experts or heads in one
+    batched op).
+
+Example:
+    Before::
+
+        for t in range(steps):                 # 12 tiny ops per iteration
+            c = f[t] * c + i[t] * torch.tanh(g[t])
+
+    After::
+
+        model = torch.compile(model)           # fuses the chain; on GPU add mode="reduce-overhead"
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from typing import Iterator
+
+from advisor.evidence import Evidence
+from advisor.kineto import Trace
+from advisor.rule import Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
+
+DOCS = ["https://pytorch.org/tutorials/intermediate/torch_compile_tutorial.html",
+        "https://pytorch.org/docs/stable/notes/cuda.html#cuda-graphs"]
+
+
+@rule(
+    slug="kernel-storm",
+    code="ADV103",
+    layer=Layer.MODEL,
+    severity=Severity.MEDIUM,
+    thresholds={
+        "min_ops": Threshold(200, "operators per step (CPU) before the step can be a storm", "count"),
+        "max_mean_op_us": Threshold(10, "mean step time per operator (CPU) at or below which dispatch dominates", "µs"),
+        "min_kernels": Threshold(100, "GPU kernels per step before the step can be a storm", "count"),
+        "short_kernel_us": Threshold(10, "a GPU kernel shorter than this is small", "µs"),
+        "min_short_share": Threshold(0.5, "share of kernels that are small (GPU)"),
+        "max_gpu_busy": Threshold(0.6, "GPU busy share of the step below which it is launch-bound"),
+    },
+)
+def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
+    trace = ev.trace
+    if trace is None:
+        return
+    if trace.kernels:
+        yield from _gpu(ev, trace, th)
+    else:
+        yield from _cpu(ev, trace, th)
+
+
+def _cpu(ev: Evidence, trace: Trace, th: Thresholds) -> Iterator[Finding]:
+    top = trace.top_ops()
+    ops_per_step = len(top) / trace.step_count
+    if ops_per_step < th.min_ops:
+        return
+    step_ms = ev.step_ms
+    if not step_ms:
+        return
+    mean_op_us = step_ms * 1000 / ops_per_step
+    if mean_op_us > th.max_mean_op_us:  # ops big enough to amortize dispatch: a few large ops dominate
+        return
+    durations = sorted(o.dur for o in top)
+    yield Finding(
+        severity=Severity.HIGH if mean_op_us <= th.max_mean_op_us / 2 else Severity.MEDIUM,
+        message=(
+            f"{ops_per_step:g} operators per step, {mean_op_us:.2g} µs each on average "
+            f"(step {step_ms:.3g} ms): dispatch overhead, not arithmetic, sets the pace"
+            + _lines_clause(trace, top)
+        ),
+        impact=_overhead_share(ev, ops_per_step, step_ms),
+        evidence={
+            "ops_per_step": ops_per_step,
+            "mean_op_us": round(mean_op_us, 3),
+            "profiled_op_us_p50": round(_quantile(durations, 0.5), 3),
+            "profiled_op_us_p90": round(_quantile(durations, 0.9), 3),
+            "step_ms": round(step_ms, 4),
+            **({"dispatch_overhead_us": round(ev.env.dispatch_overhead_us, 3)} if ev.env and ev.env.dispatch_overhead_us else {}),
+        },
+        locations=_emitting_lines(trace, top),
+        fix=_fix(ev, trace),
+    )
+
+
+def _gpu(ev: Evidence, trace: Trace, th: Thresholds) -> Iterator[Finding]:
+    kernels = [k for k in trace.kernels if k.step is not None] if trace.steps else trace.kernels
+    per_step = len(kernels) / trace.step_count
+    if per_step < th.min_kernels:
+        return
+    durations = sorted(k.dur for k in kernels)
+    short_share = sum(1 for d in durations if d < th.short_kernel_us) / len(durations)
+    if short_share < th.min_short_share:
+        return
+    busy = _busy_share(trace, kernels)
+    if busy is not None and busy >= th.max_gpu_busy:
+        return  # the GPU is kept busy: small kernels, but not launch-bound
+    busy_text = f", GPU busy {busy:.0%} of the step" if busy is not None else ""
+    unit = "per step" if trace.steps else "in the trace"
+    yield Finding(
+        severity=Severity.HIGH if (busy is not None and busy < th.max_gpu_busy / 2) else Severity.MEDIUM,
+        message=(
+            f"{per_step:g} GPU kernels {unit}, {short_share:.0%} shorter than {th.short_kernel_us:g} µs "
+            f"(median {_quantile(durations, 0.5):.3g} µs){busy_text}: launch-bound"
+        ),
+        impact=(1 - busy) if busy is not None else None,
+        evidence={
+            "kernels_per_step": per_step,
+            "short_kernel_share": round(short_share, 4),
+            "kernel_us_p50": round(_quantile(durations, 0.5), 3),
+            "kernel_us_p90": round(_quantile(durations, 0.9), 3),
+            **({"gpu_busy_share": round(busy, 4)} if busy is not None else {}),
+        },
+        locations=_emitting_lines(trace, trace.top_ops()),
+        fix=_fix(ev, trace),
+    )
+
+
+def _busy_share(trace: Trace, kernels: list) -> float | None:
+    """Union of kernel intervals over the profiled steps' span."""
+    if not trace.steps:
+        return None
+    intervals = sorted((k.ts, k.ts + k.dur) for k in kernels)
+    busy, end = 0.0, float("-inf")
+    for start, stop in intervals:
+        if start > end:
+            busy += stop - start
+            end = stop
+        elif stop > end:
+            busy += stop - end
+            end = stop
+    span = sum(s.dur for s in trace.steps)
+    return min(busy / span, 1.0) if span > 0 else None
+
+
+def _emitting_lines(trace: Trace, ops: list) -> list[Location]:
+    counts = Counter((o.src.file, o.src.line) for o in ops if o.src is not None)
+    return [
+        Location.at(file, line, count_per_step=count / trace.step_count,
+                    note=f"{count / trace.step_count:g} operators per step from this line")
+        for (file, line), count in counts.most_common(5)
+    ]
+
+
+def _lines_clause(trace: Trace, ops: list) -> str:
+    counts = Counter((o.src.file, o.src.line) for o in ops if o.src is not None)
+    if not counts:
+        return ""
+    (file, line), count = counts.most_common(1)[0]
+    return f"; {count / len(ops):.0%} of them from {os.path.basename(file)}:{line}"
+
+
+def _overhead_share(ev: Evidence, ops_per_step: float, step_ms: float) -> float | None:
+    """Operators times the measured per-op dispatch floor, as a share of the step."""
+    if ev.env is None or not ev.env.dispatch_overhead_us:
+        return None
+    return round(min(1.0, ops_per_step * ev.env.dispatch_overhead_us / (step_ms * 1000)), 4)
+
+
+def _quantile(values: list[float], q: float) -> float:
+    if not values:
+        return 0.0
+    return values[min(len(values) - 1, int(q * len(values)))]
+
+
+def _fix(ev: Evidence, trace: Trace) -> Fix:
+    looped = any(count / trace.step_count >= 8 for count in
+                 Counter((o.src.file, o.src.line) for o in trace.top_ops() if o.src is not None).values())
+    advice = ["torch.compile(model) to fuse the small ops"]
+    if ev.on_cuda or trace.kernels:
+        advice.append('torch.compile(model, mode="reduce-overhead") to replay the step as a CUDA graph')
+    if looped:
+        advice.append("vectorize the Python loop that emits them (batch the iterations into one op)")
+    return Fix(
+        summary="; ".join(advice),
+        before="model = Model()\nout = model(x)",
+        after="model = torch.compile(Model())" + ('  # mode="reduce-overhead" on GPU' if not ev.on_cuda else
+                                                  '\nmodel = torch.compile(Model(), mode="reduce-overhead")')
+              + "\nout = model(x)",
+        docs=DOCS,
+    )

@@ -1,0 +1,132 @@
+"""Matmul-heavy step in fp32 without autocast (missing mixed precision).
+
+What it detects:
+    A step whose matrix multiplies and convolutions run in float32, with no autocast active
+    and no reduced-precision parameters, where that work dominates: at least
+    ``min_gflops`` GFLOP per step (``torch.utils.flop_counter``) and at least
+    ``min_matmul_share`` of the profiled step in mm/bmm/addmm/conv operators.
+
+Why it matters:
+    Tensor cores (Volta and newer GPUs) and the AMX / AVX512-BF16 units of recent CPUs run
+    bf16/fp16 matmuls several times faster than fp32, and halve the memory traffic of
+    activations. Autocast keeps precision-sensitive ops (softmax, norms, losses) in fp32, so
+    most models train and infer at the same quality.
+
+How to fix:
+    On CUDA: wrap the forward (and loss) in ``torch.autocast("cuda", dtype=torch.bfloat16)`` on
+    Ampere or newer; on older GPUs use fp16 with ``torch.amp.GradScaler`` for training. On a
+    CPU with native bf16: ``torch.autocast("cpu", dtype=torch.bfloat16)``. On a CPU without it
+    bf16 is emulated and slower: the advice applies when the model runs on a GPU.
+
+Example:
+    Before::
+
+        loss = loss_fn(model(x), y)
+
+    After::
+
+        with torch.autocast(device_type="cuda", dtype=torch.bfloat16):
+            loss = loss_fn(model(x), y)
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from advisor.evidence import Evidence
+from advisor.opsets import MATMUL_FLOP_OPS, MATMUL_OPS, low_precision, outermost
+from advisor.rule import Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
+
+DOCS = ["https://pytorch.org/docs/stable/amp.html",
+        "https://pytorch.org/tutorials/recipes/recipes/amp_recipe.html"]
+REDUCED = {"bfloat16", "float16"}
+
+
+@rule(
+    slug="missing-amp",
+    code="ADV104",
+    layer=Layer.MODEL,
+    severity=Severity.MEDIUM,
+    thresholds={
+        "min_gflops": Threshold(0.1, "matmul/conv work per step below which casts outweigh the gain", "GFLOP"),
+        "min_matmul_share": Threshold(0.5, "share of the profiled step in matmul/conv operators"),
+        "max_reduced_share": Threshold(0.2, "share of matmul ops already in bf16/fp16 above which AMP is in use"),
+    },
+)
+def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
+    if ev.trace is None or ev.flops is None:
+        return
+    params = ev.target.param_dtypes
+    if params and sum(n for d, n in params.items() if d in REDUCED) >= 0.5 * sum(params.values()):
+        return  # the model itself is in bf16/fp16
+    matmul_flops = sum(n for op, n in ev.flops.by_op.items() if op in MATMUL_FLOP_OPS)
+    if matmul_flops < th.min_gflops * 1e9:
+        return
+    every_matmul = [o for o in ev.trace.step_ops() if o.name in MATMUL_OPS]
+    if every_matmul and sum(map(low_precision, every_matmul)) / len(every_matmul) > th.max_reduced_share:
+        return  # autocast (or manual casts) already run the matmuls in reduced precision
+    matmuls = outermost(ev.trace, MATMUL_OPS)
+    step_us = ev.trace.mean_step_us()
+    share = sum(o.dur for o in matmuls) / ev.trace.step_count / step_us if step_us else 0.0
+    if share < th.min_matmul_share:
+        return
+    severity, advice = _device_advice(ev, share)
+    yield Finding(
+        severity=severity,
+        message=(
+            f"{matmul_flops / 1e9:.3g} GFLOP of matmul/conv per step run in fp32 without autocast, "
+            f"{share:.0%} of the profiled step; {advice}"
+        ),
+        impact=share,
+        evidence={
+            "matmul_gflop_per_step": round(matmul_flops / 1e9, 4),
+            "matmul_share_of_step": round(share, 4),
+            "fp32_parameters": params.get("float32", 0),
+            "device": ev.target.device,
+            **({"cpu_native_bf16": ev.env.cpu_native_bf16} if ev.env is not None else {}),
+        },
+        locations=_hot_lines(ev, matmuls),
+        fix=_fix(ev),
+    )
+
+
+def _device_advice(ev: Evidence, share: float) -> tuple[Severity, str]:
+    if ev.on_cuda:
+        capability = ev.env.gpu_capability if ev.env is not None else None
+        if capability is not None and capability[0] >= 8:
+            return Severity.HIGH, "bf16 autocast runs them on tensor cores"
+        return Severity.HIGH, "fp16 autocast (with GradScaler when training) runs them on tensor cores"
+    if ev.env is not None and ev.env.cpu_native_bf16:
+        return Severity.MEDIUM, "this CPU has native bf16 (AVX512-BF16/AMX): bf16 autocast speeds them up here"
+    return Severity.INFO, ("this CPU has no native bf16, so autocast would not help here; "
+                           "it applies when the model runs on a GPU")
+
+
+def _fix(ev: Evidence) -> Fix:
+    training = ev.target.mode == "train"
+    if ev.on_cuda:
+        capability = ev.env.gpu_capability if ev.env is not None else None
+        dtype = "bfloat16" if capability is not None and capability[0] >= 8 else "float16"
+        after = f'with torch.autocast("cuda", dtype=torch.{dtype}):\n    loss = loss_fn(model(x), y)'
+        if dtype == "float16" and training:
+            after = ("scaler = torch.amp.GradScaler()\n" + after +
+                     "\nscaler.scale(loss).backward()\nscaler.step(optimizer)\nscaler.update()")
+        summary = f"run the forward and loss under torch.autocast('cuda', dtype=torch.{dtype})"
+    else:
+        after = 'with torch.autocast("cpu", dtype=torch.bfloat16):\n    out = model(x)'
+        summary = "run the forward under torch.autocast('cpu', dtype=torch.bfloat16)"
+        if ev.env is None or not ev.env.cpu_native_bf16:
+            summary += " on CPUs with AVX512-BF16/AMX; on GPU use torch.autocast('cuda', dtype=torch.bfloat16)"
+    before = "loss = loss_fn(model(x), y)" if training else "out = model(x)"
+    return Fix(summary=summary, before=before, after=after, docs=DOCS)
+
+
+def _hot_lines(ev: Evidence, matmuls: list) -> list[Location]:
+    by_line: dict[tuple[str, int], float] = {}
+    for op in matmuls:
+        if op.src is not None and op.src.exact:
+            key = (op.src.file, op.src.line)
+            by_line[key] = by_line.get(key, 0.0) + op.dur
+    total = sum(by_line.values()) or 1.0
+    ranked = sorted(by_line.items(), key=lambda item: -item[1])[:5]
+    return [Location.at(file, line, note=f"{us / total:.0%} of the matmul time") for (file, line), us in ranked]

@@ -1,0 +1,219 @@
+"""Layout copies of non-contiguous tensors take a meaningful share of the step.
+
+What it detects:
+    Time the step spends copying tensors into a new memory layout: explicit ``.contiguous()``,
+    ``.clone()`` and ``reshape`` copies of permuted or transposed views, and the copies
+    operators make internally when handed a non-contiguous input (``aten::contiguous``,
+    ``aten::clone``, ``aten::copy_``, ``aten::_reshape_copy`` in the trace). Reported only when
+    these copies are at least ``min_share`` of the profiled step. Each place names the view op
+    that made the layout (a ``permute``/``transpose`` from the captured graph's strides) and the
+    op that paid for the copy.
+
+Why it matters:
+    A layout copy reads and writes the whole tensor and computes nothing: pure memory traffic,
+    often as expensive as the op it feeds. A permute-then-copy pattern inside every block
+    repeats that traffic per layer, per step.
+
+How to fix:
+    Produce the layout once and keep it: for conv nets run in ``channels_last`` (then the NHWC
+    permute is already contiguous); let matmul/linear/bmm take transposed operands directly
+    (they fold the transpose into the GEMM) instead of calling ``.contiguous()`` first; move
+    a permute out of a loop.
+
+Example:
+    Before::
+
+        y = y.permute(0, 2, 3, 1).contiguous()   # NCHW -> NHWC copy, every block
+        y = self.norm(y)
+        y = y.permute(0, 3, 1, 2).contiguous()   # and back
+
+    After::
+
+        model = model.to(memory_format=torch.channels_last)
+        x = x.to(memory_format=torch.channels_last)
+        y = self.norm(y.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)   # views, no copies
+"""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Iterator
+
+from advisor.evidence import Evidence, GraphCapture, GraphNode
+from advisor.kineto import Op, Trace
+from advisor.opsets import LAYOUT_COPY_OPS, is_broadcast, is_contiguous, outermost
+from advisor.rule import Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
+
+LAYOUT_VIEWS = {"permute", "transpose", "t", "T", "mT", "swapaxes", "swapdims", "movedim", "expand",
+                "narrow", "unfold", "as_strided", "getitem", "diagonal", "select"}
+USER_COPY_APIS = {"Tensor.contiguous", "Tensor.clone", "Tensor.reshape", "torch.reshape", "Tensor.copy_",
+                  "torch.clone", "Tensor.flatten", "torch.flatten"}
+RESHAPING_VIEWS = {"view", "reshape", "flatten", "unsqueeze", "squeeze", "torch.flatten", "torch.reshape"}
+MATMUL_TARGETS = {"F.linear", "torch.matmul", "matmul", "torch.bmm", "bmm", "torch.mm", "mm", "torch.einsum"}
+
+
+@dataclass
+class CopySite:
+    file: str
+    line: int
+    us: float = 0.0
+    count: int = 0
+    paid_by: set[str] = field(default_factory=set)
+    producers: set[str] = field(default_factory=set)
+    feeds_matmul: bool = False
+    permutes_4d: bool = False
+
+
+@rule(
+    slug="non-contiguous",
+    code="ADV102",
+    layer=Layer.MODEL,
+    severity=Severity.MEDIUM,
+    thresholds={
+        "min_share": Threshold(0.05, "share of the profiled step spent in layout copies before it is reported"),
+        "high_share": Threshold(0.20, "share of the profiled step that makes the finding high"),
+    },
+)
+def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
+    trace = ev.trace
+    if trace is None or not trace.step_ops():
+        return
+    step_us = trace.mean_step_us()
+    if step_us <= 0:
+        return
+    sites = _copy_sites(trace)
+    copy_us = sum(s.us for s in sites.values()) / trace.step_count
+    share = copy_us / step_us
+    if share < th.min_share:  # copies too small to matter: stay silent
+        return
+    if ev.graph is not None:
+        _attach_producers(ev.graph, sites)
+    ranked = sorted(sites.values(), key=lambda s: -s.us)
+    worst = ranked[0]
+    where = f"{os.path.basename(worst.file)}:{worst.line}" if worst.file else "an unattributed op"
+    made_by = f", a view made by {', '.join(sorted(worst.producers))}" if worst.producers else ""
+    conv_net = _is_conv_net(ev)
+    yield Finding(
+        severity=Severity.HIGH if share >= th.high_share else Severity.MEDIUM,
+        message=(
+            f"layout copies take {share:.0%} of the profiled step ({copy_us / 1000:.3g} ms per step, "
+            f"{sum(s.count for s in ranked) / trace.step_count:g} copies); most at {where} "
+            f"(paid by {', '.join(sorted(worst.paid_by))}{made_by})"
+        ),
+        impact=share,
+        evidence={
+            "copy_share_of_step": round(share, 4),
+            "copy_ms_per_step": round(copy_us / 1000, 4),
+            "copies_per_step": sum(s.count for s in ranked) / trace.step_count,
+            "profiled_step_ms": round(step_us / 1000, 4),
+            "conv_net": conv_net,
+        },
+        locations=[
+            Location.at(
+                s.file, s.line, function="" if s.file else ", ".join(sorted(s.paid_by)),
+                count_per_step=s.count / trace.step_count,
+                note=_note(s, step_us * trace.step_count),
+            )
+            for s in ranked[:8]
+        ],
+        fix=_fix(ranked, conv_net),
+    )
+
+
+def _copy_sites(trace: Trace) -> dict[tuple[str, int], CopySite]:
+    sites: dict[tuple[str, int], CopySite] = {}
+    for op in outermost(trace, LAYOUT_COPY_OPS):
+        if not _copies_a_strided_input(trace, op):
+            continue  # a copy of a contiguous tensor is not a layout problem
+        file, line = (op.src.file, op.src.line) if op.src is not None and op.src.exact else ("", 0)
+        site = sites.setdefault((file, line), CopySite(file=file, line=line))
+        site.us += op.dur
+        site.count += 1
+        site.paid_by.add(_payer(trace, op))
+    return sites
+
+
+def _copies_a_strided_input(trace: Trace, op: Op, depth: int = 3) -> bool:
+    for dims, strides in zip(op.input_dims, op.input_strides):
+        if is_broadcast(dims, strides):
+            continue  # materializing a broadcast (e.g. addmm's bias) is inherent, not a layout choice
+        if isinstance(dims, list) and dims and not is_contiguous(dims, strides):
+            return True
+    # aten::contiguous -> clone -> copy_: the strides may only show on the nested copy
+    return depth > 0 and any(_copies_a_strided_input(trace, child, depth - 1) for child in trace.children(op))
+
+
+def _payer(trace: Trace, op: Op) -> str:
+    if op.call is not None and trace.calls[op.call].api in USER_COPY_APIS:
+        return trace.calls[op.call].api.replace("Tensor.", ".") + "()"
+    outer = trace.outermost(op)
+    return outer.name if outer is not op else op.name
+
+
+def _attach_producers(graph: GraphCapture, sites: dict[tuple[str, int], CopySite]) -> None:
+    nodes = {n.id: n for n in graph.nodes}
+    by_line: dict[tuple[str, int], list[GraphNode]] = defaultdict(list)
+    for node in graph.calls():
+        by_line[(node.file, node.line)].append(node)
+    for key, site in sites.items():
+        for node in by_line.get(key, []):
+            for arg in node.args:
+                producer = _layout_producer(nodes, nodes.get(arg))
+                if producer is None:
+                    continue
+                site.producers.add(f"{producer.target} at {os.path.basename(producer.file)}:{producer.line}")
+                site.permutes_4d |= producer.target == "permute" and len(producer.shape or []) == 4
+            site.feeds_matmul |= _feeds_matmul(graph, nodes, node.id)
+
+
+def _layout_producer(nodes: dict[str, GraphNode], node: GraphNode | None) -> GraphNode | None:
+    """Walk back from a non-contiguous value to the view op that first made it so."""
+    found = None
+    while node is not None and node.contiguous is False:
+        if node.target in LAYOUT_VIEWS:
+            found = node
+        node = next((nodes[a] for a in node.args if a in nodes and nodes[a].contiguous is False), None)
+    return found
+
+
+def _feeds_matmul(graph: GraphCapture, nodes: dict[str, GraphNode], start: str) -> bool:
+    """Whether the value flows straight into a matmul (through reshaping views at most)."""
+    for successor in graph.digraph.successors(start):
+        target = nodes[successor].target
+        if target in MATMUL_TARGETS:
+            return True
+        if target in RESHAPING_VIEWS and _feeds_matmul(graph, nodes, successor):
+            return True
+    return False
+
+
+def _is_conv_net(ev: Evidence) -> bool:
+    if ev.graph is not None:
+        return any(n.module_type.startswith("Conv") for n in ev.graph.calls())
+    return ev.trace is not None and any(o.name.startswith("aten::conv") for o in ev.trace.top_ops())
+
+
+def _note(site: CopySite, total_us: float) -> str:
+    parts = [f"{site.us / total_us:.1%} of the step", "paid by " + ", ".join(sorted(site.paid_by))]
+    if site.producers:
+        parts.append("layout made by " + "; ".join(sorted(site.producers)))
+    return "; ".join(parts)
+
+
+def _fix(sites: list[CopySite], conv_net: bool) -> Fix:
+    advice = []
+    if conv_net and any(s.permutes_4d for s in sites):
+        advice.append("run the conv net in channels_last (model.to(memory_format=torch.channels_last) and the "
+                      "same for the input): the NHWC permute is then already contiguous, drop the .contiguous()")
+    if any(s.feeds_matmul for s in sites):
+        advice.append("drop .contiguous() before matmul/linear/bmm: they take transposed operands directly")
+    advice.append("produce each layout once and keep it (outside loops and per-layer code)")
+    return Fix(
+        summary="; ".join(advice),
+        before="y = y.permute(0, 2, 3, 1).contiguous()\ny = self.norm(y)\ny = y.permute(0, 3, 1, 2).contiguous()",
+        after="# model and input in channels_last: these permutes are views\n"
+              "y = self.norm(y.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)",
+        docs=["https://pytorch.org/tutorials/intermediate/memory_format_tutorial.html"],
+    )
