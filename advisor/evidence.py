@@ -176,6 +176,17 @@ class Evidence(BaseModel):
     def on_cuda(self) -> bool:
         return self.target.device.startswith("cuda")
 
+    def share_of_step(self, us_per_step: float) -> float | None:
+        """``us_per_step`` of profiled op time as a share of the step.
+
+        Divides by the profiler-free step time when there is one: the profiler's per-op overhead
+        inflates a step of many small ops far more than it inflates the large ops measured here.
+        """
+        step_ms = self.step_ms
+        if not step_ms:
+            return None
+        return min(1.0, us_per_step / (step_ms * 1000.0))
+
     @property
     def step_ms(self) -> float | None:
         """Step time from the timing runs; the profiled steps' mean when timing is missing."""

@@ -5,7 +5,8 @@ What it detects:
     ``.clone()`` and ``reshape`` copies of permuted or transposed views, and the copies
     operators make internally when handed a non-contiguous input (``aten::contiguous``,
     ``aten::clone``, ``aten::copy_``, ``aten::_reshape_copy`` in the trace). Reported only when
-    these copies are at least ``min_share`` of the profiled step. Each place names the view op
+    these copies are at least ``min_share`` of the step (their profiled time over the
+    profiler-free step time). Each place names the view op
     that made the layout (a ``permute``/``transpose`` from the captured graph's strides) and the
     op that paid for the copy.
 
@@ -72,22 +73,20 @@ class CopySite:
     layer=Layer.MODEL,
     severity=Severity.MEDIUM,
     thresholds={
-        "min_share": Threshold(0.05, "share of the profiled step spent in layout copies before it is reported"),
-        "high_share": Threshold(0.20, "share of the profiled step that makes the finding high"),
+        "min_share": Threshold(0.05, "share of the step spent in layout copies before it is reported"),
+        "high_share": Threshold(0.20, "share of the step that makes the finding high"),
     },
 )
 def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     trace = ev.trace
     if trace is None or not trace.step_ops():
         return
-    step_us = trace.mean_step_us()
-    if step_us <= 0:
-        return
     sites = _copy_sites(trace)
     copy_us = sum(s.us for s in sites.values()) / trace.step_count
-    share = copy_us / step_us
-    if share < th.min_share:  # copies too small to matter: stay silent
+    share = ev.share_of_step(copy_us)
+    if share is None or share < th.min_share:  # copies too small to matter: stay silent
         return
+    step_us = ev.step_ms * 1000.0
     if ev.graph is not None:
         _attach_producers(ev.graph, sites)
     ranked = sorted(sites.values(), key=lambda s: -s.us)
@@ -98,7 +97,7 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     yield Finding(
         severity=Severity.HIGH if share >= th.high_share else Severity.MEDIUM,
         message=(
-            f"layout copies take {share:.0%} of the profiled step ({copy_us / 1000:.3g} ms per step, "
+            f"layout copies take {share:.0%} of the step ({copy_us / 1000:.3g} ms per step, "
             f"{sum(s.count for s in ranked) / trace.step_count:g} copies); most at {where} "
             f"(paid by {', '.join(sorted(worst.paid_by))}{made_by})"
         ),
@@ -107,7 +106,7 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
             "copy_share_of_step": round(share, 4),
             "copy_ms_per_step": round(copy_us / 1000, 4),
             "copies_per_step": sum(s.count for s in ranked) / trace.step_count,
-            "profiled_step_ms": round(step_us / 1000, 4),
+            "step_ms": round(step_us / 1000, 4),
             "conv_net": conv_net,
         },
         locations=[
