@@ -17,6 +17,9 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 SOURCE_ANNOTATION = "advisor.src:"
+# Marks a trace recorded with source annotations: there, an op outside every advisor.src span
+# was not called from user code (optimizer internals, autograd), rather than unattributed.
+ANNOTATED_MARKER = "advisor.annotated"
 # Runtime calls that block the host until the device (a stream, an event, everything) is done.
 SYNC_RUNTIME_CALLS = frozenset({
     "cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize",
@@ -109,6 +112,7 @@ class Trace:
     runtime: list[DeviceEvent] = field(default_factory=list)  # cuda_runtime / cuda_driver calls
     device_properties: list[dict] = field(default_factory=list)
     distributed_info: dict = field(default_factory=dict)
+    source_annotated: bool = False
     _by_tid: dict[int, list[Op]] | None = field(default=None, repr=False, compare=False)
     _children: dict[int, list[int]] | None = field(default=None, repr=False, compare=False)
 
@@ -215,6 +219,8 @@ def parse_trace(path: str) -> Trace:
         args = event.get("args") or {}
         if name.startswith(STEP_PREFIX) and cat in ("user_annotation", "cpu_op", "cpu_instant_event"):
             trace.steps.append(Span(name, ts, dur))
+        elif name == ANNOTATED_MARKER:
+            trace.source_annotated = True
         elif cat in ("cpu_op", "user_annotation", "python_function"):
             host_events.append((ts, dur, _tid(event), cat, {"name": name, "args": args}))
         elif cat == "kernel":

@@ -51,6 +51,7 @@ DOCS = ["https://pytorch.org/docs/stable/data.html#multi-process-data-loading",
         "min_batch_ms": Threshold(1.0, "time per batch below which workers do not pay off", "ms"),
         "high_share": Threshold(0.5, "share of each iteration waiting for data that makes it high"),
         "min_startup_share": Threshold(0.10, "worker start-up as a share of an epoch, for persistent_workers"),
+        "min_steady_batches": Threshold(3, "batches after the first needed to judge the loader's pace", "count"),
     },
 )
 def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
@@ -63,6 +64,8 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
 
 def _too_few_workers(ev: Evidence, data: DataLoaderInfo, step_ms: float, th: Thresholds) -> Iterator[Finding]:
     batch_ms = data.batch_ms_median
+    if data.batches_measured - 1 < th.min_steady_batches:
+        return  # too few batches after start-up to know the loader's steady pace
     if batch_ms < th.min_batch_ms:
         return  # cheap batches: workers would add IPC cost for nothing
     # With workers the measured time is the pool's throughput, overlapped with the step.

@@ -114,7 +114,7 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     if ev.trace is not None:
         steps = ev.trace.step_count
         _from_calls(ev.trace, sites, on_cuda=ev.on_cuda)
-        if not ev.trace.calls:  # a trace without advisor's annotations: fall back to op frames
+        if not ev.trace.source_annotated:  # recorded elsewhere: fall back to op frames
             _from_ops(ev.trace, sites)
         _from_cuda_runtime(ev.trace, sites)
         _from_device_to_host_copies(ev.trace, sites)

@@ -111,7 +111,7 @@ def _device_advice(ev: Evidence, share: float) -> tuple[Severity, str]:
         # Measured on one AVX512-BF16 CPU: 1.7x for a ResNet and an fp32 MLP stack, 0.88x for a
         # small GPT training step. CPU gains are real but not assured: say so, at low severity.
         return Severity.LOW, ("this CPU has native bf16 (AVX512-BF16/AMX): bf16 autocast often speeds them up, "
-                              "but CPU gains vary by model, so measure it; on a GPU the gain is reliable"
+                              "but CPU gains vary by model, so measure it; on a GPU the gain is reliable")
     return Severity.INFO, ("this CPU has no native bf16, so autocast would not help here; "
                            "it applies when the model runs on a GPU")
 

@@ -64,7 +64,7 @@ class CopySite:
     paid_by: set[str] = field(default_factory=set)
     producers: set[str] = field(default_factory=set)
     feeds_matmul: bool = False
-    permutes_4d: bool = False
+    nhwc: bool = False  # 4-D tensors in NHWC order are converted: channels_last would keep them
 
 
 @rule(
@@ -131,6 +131,7 @@ def _copy_sites(trace: Trace) -> dict[tuple[str, int], CopySite]:
         site.us += op.dur
         site.count += 1
         site.paid_by.add(_payer(trace, op))
+        site.nhwc |= any(_nhwc(d, st) for d, st in zip(op.input_dims, op.input_strides))
     return sites
 
 
@@ -142,6 +143,12 @@ def _copies_a_strided_input(trace: Trace, op: Op, depth: int = 3) -> bool:
             return True
     # aten::contiguous -> clone -> copy_: the strides may only show on the nested copy
     return depth > 0 and any(_copies_a_strided_input(trace, child, depth - 1) for child in trace.children(op))
+
+
+def _nhwc(dims: list, strides: list) -> bool:
+    """A 4-D tensor whose channels are innermost in memory (channels_last order)."""
+    return (isinstance(dims, list) and isinstance(strides, list) and len(dims) == 4 == len(strides)
+            and dims[1] > 1 and strides[1] == 1 and strides[3] == dims[1])
 
 
 def _payer(trace: Trace, op: Op) -> str:
@@ -163,7 +170,7 @@ def _attach_producers(graph: GraphCapture, sites: dict[tuple[str, int], CopySite
                 if producer is None:
                     continue
                 site.producers.add(f"{producer.target} at {os.path.basename(producer.file)}:{producer.line}")
-                site.permutes_4d |= producer.target == "permute" and len(producer.shape or []) == 4
+                site.nhwc |= producer.target == "permute" and len(producer.shape or []) == 4
             site.feeds_matmul |= _feeds_matmul(graph, nodes, node.id)
 
 
@@ -203,9 +210,9 @@ def _note(site: CopySite, total_us: float) -> str:
 
 def _fix(sites: list[CopySite], conv_net: bool) -> Fix:
     advice = []
-    if conv_net and any(s.permutes_4d for s in sites):
+    if conv_net and any(s.nhwc for s in sites):
         advice.append("run the conv net in channels_last (model.to(memory_format=torch.channels_last) and the "
-                      "same for the input): the NHWC permute is then already contiguous, drop the .contiguous()")
+                      "same for the input): NHWC data then stays NHWC, and the .contiguous() calls can go")
     if any(s.feeds_matmul for s in sites):
         advice.append("drop .contiguous() before matmul/linear/bmm: they take transposed operands directly")
     advice.append("produce each layout once and keep it (outside loops and per-layer code)")

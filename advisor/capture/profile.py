@@ -14,6 +14,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
 from advisor.capture.sources import SourceAnnotator
+from advisor.kineto import ANNOTATED_MARKER
 
 
 def record_trace(
@@ -34,6 +35,9 @@ def record_trace(
         # belong to no ProfilerStep and enter no per-step figure.
         for _ in range(2):
             step()
+        if annotate:
+            with record_function(ANNOTATED_MARKER):
+                pass
         for index in range(steps):
             with record_function(f"ProfilerStep#{index}"):
                 if annotate:

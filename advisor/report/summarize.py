@@ -34,7 +34,7 @@ def summarize_trace(trace: Trace) -> TraceSummary:
         memcpy_per_step=len(memcpy) / steps,
         syncs_per_step=sum(1 for r in trace.runtime if r.name in SYNC_RUNTIME_CALLS
                            and (r.step is not None or not trace.steps)) / steps,
-        source_attributed=bool(trace.calls),
+        source_attributed=trace.source_annotated,
         top_ops=[
             OpShare(name=name, self_ms_per_step=us / steps / 1000.0, share=us / total, calls_per_step=calls[name] / steps)
             for name, us in top

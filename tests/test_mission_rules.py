@@ -1,0 +1,209 @@
+"""The mission rules on the bundled samples: each positive fires at the right lines, every
+other rule stays silent; then the device-aware and threshold paths of each rule."""
+
+from __future__ import annotations
+
+import pytest
+
+from advisor.engine import load_rules, parse_settings, run_rules
+from advisor.evidence import DataLoaderInfo, Evidence, TargetInfo
+from advisor.kineto import parse_trace
+from advisor.rule import Severity
+from conftest import SAMPLES, audit, line_of, shared_trace, write_model
+
+# sample -> {slug: markers of the source lines the finding must point at}
+EXPECTED: dict[str, dict[str, list[str]]] = {
+    "host_sync": {"host-sync": [".item() > 0.5", "scores.squeeze(-1) > 0.3"]},
+    "moe_layer": {"host-sync": ["torch.where(mask[index])"]},
+    "non_contiguous": {"non-contiguous": ["NCHW -> NHWC copy", "and back: another copy"]},
+    "conformer_conv": {"non-contiguous": ["(B, T, C) -> (B, C, T) copy", "and back: another copy"],
+                       "missing-amp": []},
+    "kernel_storm": {"kernel-storm": ["c = f * c + i * torch.tanh(g)", "gates = projected[:, t]"]},
+    "per_feature_heads": {"kernel-storm": ["one small op chain per feature"]},
+    "missing_amp": {"missing-amp": ["self.down(torch.relu(self.up(x)))"]},
+    "resnet_style": {"missing-amp": ["self.conv1(x)"]},
+    "gpt_block": {"missing-amp": []},
+    "dataloader_workers": {"dataloader-workers": ["def __getitem__"], "dataloader-pin-memory": ["def __getitem__"]},
+    "audio_loader": {"dataloader-workers": ["def __getitem__"], "dataloader-pin-memory": ["def __getitem__"]},
+    # negatives: healthy models, a bf16 model, SDPA, a cheap in-memory loader
+    "clean_mlp": {},
+    "bf16_weights": {},
+    "train_with_loader": {},
+}
+# Measured borderline cases a rule may report or not. ResNet training on CPU: conv backward
+# copies channels_last gradients back to NCHW, 4.5-5.4% of the step across runs, against the
+# 5% default of non-contiguous. Reporting is right (channels_last measured 1.3-1.5x faster
+# here); silence is within the documented threshold.
+BORDERLINE: dict[str, set[str]] = {"resnet_style": {"non-contiguous"}}
+MISSION = {"host-sync", "non-contiguous", "kernel-storm", "missing-amp", "dataloader-workers", "dataloader-pin-memory"}
+
+
+def test_every_sample_is_in_the_table():
+    assert {p.stem for p in SAMPLES.glob("*.py")} == set(EXPECTED)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sample", sorted(EXPECTED))
+def test_sample_fires_exactly_its_rules_at_the_right_lines(sample_audit, sample):
+    result = sample_audit(sample)
+    assert result.report.errors == [], result.report.errors
+    fired = {f.slug for f in result.report.findings}
+    borderline = BORDERLINE.get(sample, set())
+    assert (fired & MISSION) - borderline == set(EXPECTED[sample]), f"{sample}: fired {fired}"
+    path = SAMPLES / f"{sample}.py"
+    for slug, markers in EXPECTED[sample].items():
+        lines = {loc.line for f in result.report.findings if f.slug == slug for loc in f.locations
+                 if loc.file == str(path)}
+        for marker in markers:
+            assert line_of(path, marker) in lines, f"{sample}/{slug}: no location at {marker!r} (got {lines})"
+
+
+def test_borderline_resnet_layout_copies_point_to_channels_last(sample_audit):
+    ruleset = load_rules()
+    lowered = parse_settings(ruleset, ["non-contiguous.min_share=0.01"])  # past the borderline, every run
+    [finding] = [f for f in run_rules(ruleset, sample_audit("resnet_style").evidence, lowered)[0]
+                 if f.slug == "non-contiguous"]
+    assert 0.01 <= finding.evidence["copy_share_of_step"] < 0.2
+    assert "channels_last" in finding.fix.summary
+    assert "ConvolutionBackward0" in " ".join(loc.note + loc.function for loc in finding.locations)
+
+
+def test_findings_carry_numbers_impact_and_fixes(sample_audit):
+    for sample, slug in [("non_contiguous", "non-contiguous"), ("kernel_storm", "kernel-storm"),
+                         ("missing_amp", "missing-amp"), ("dataloader_workers", "dataloader-workers")]:
+        [finding] = [f for f in sample_audit(sample).report.findings if f.slug == slug]
+        assert any(ch.isdigit() for ch in finding.message) and finding.evidence
+        assert finding.impact is not None and 0 < finding.impact <= 1
+        assert finding.fix is not None and finding.fix.summary and finding.fix.docs
+
+
+# ---- non-contiguous -----------------------------------------------------------------------
+
+def test_non_contiguous_names_the_permute_and_recommends_channels_last(sample_audit):
+    [finding] = [f for f in sample_audit("non_contiguous").report.findings if f.slug == "non-contiguous"]
+    path = SAMPLES / "non_contiguous.py"
+    assert f"permute at non_contiguous.py:{line_of(path, 'NCHW -> NHWC copy')}" in finding.message + str(
+        [loc.note for loc in finding.locations])
+    assert "paid by .contiguous()" in finding.message
+    assert "channels_last" in finding.fix.summary and "matmul" not in finding.fix.summary
+    assert finding.evidence["copy_share_of_step"] >= 0.05
+
+
+def test_non_contiguous_threshold_silences_it(sample_audit):
+    ev = sample_audit("non_contiguous").evidence
+    ruleset = load_rules()
+    findings, _ = run_rules(ruleset, ev, parse_settings(ruleset, ["non-contiguous.min_share=0.9"]))
+    assert not [f for f in findings if f.slug == "non-contiguous"]
+
+
+# ---- kernel-storm ---------------------------------------------------------------------------
+
+def test_kernel_storm_reports_the_loop_and_measured_overhead(sample_audit):
+    [finding] = [f for f in sample_audit("kernel_storm").report.findings if f.slug == "kernel-storm"]
+    assert finding.evidence["ops_per_step"] >= 200 and finding.evidence["mean_op_us"] <= 10
+    assert finding.evidence["dispatch_overhead_us"] > 0
+    assert "torch.compile" in finding.fix.summary and "vectorize" in finding.fix.summary
+    assert finding.locations[0].count_per_step >= 64  # the loop body line runs per time step
+
+
+def test_launch_bound_gpu_trace_is_flagged_and_a_busy_gpu_is_not():
+    rules = load_rules()
+    small = parse_trace(str(shared_trace("with_gpu_user_annotation/step_based_trace_2543932.json.gz")))
+    findings, _ = run_rules(rules, Evidence(target=TargetInfo(model_file="r", device="cuda"), trace=small))
+    [storm] = [f for f in findings if f.slug == "kernel-storm"]
+    assert storm.evidence["kernels_per_step"] == 130 and storm.evidence["short_kernel_share"] == 1.0
+    busy = parse_trace(str(shared_trace("ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz")))
+    findings, _ = run_rules(rules, Evidence(target=TargetInfo(model_file="r", device="cuda"), trace=busy))
+    assert not [f for f in findings if f.slug == "kernel-storm"]  # ResNet DDP: GPU busy, large kernels
+
+
+# ---- missing-amp ----------------------------------------------------------------------------
+
+def _as_device(ev: Evidence, device: str, **env) -> Evidence:
+    return ev.model_copy(update={
+        "target": ev.target.model_copy(update={"device": device}),
+        "env": ev.env.model_copy(update=env),
+    })
+
+
+def test_missing_amp_is_device_aware(sample_audit):
+    ev = sample_audit("missing_amp").evidence
+    rules = load_rules()
+
+    def amp(evidence):
+        return next(f for f in run_rules(rules, evidence)[0] if f.slug == "missing-amp")
+
+    ampere = amp(_as_device(ev, "cuda", gpu_capability=(8, 0)))
+    assert ampere.severity == Severity.HIGH and "bfloat16" in ampere.fix.summary
+    volta = amp(_as_device(ev, "cuda", gpu_capability=(7, 0)))
+    assert "float16" in volta.fix.summary and "bfloat16" not in volta.fix.summary
+    no_bf16 = amp(_as_device(ev, "cpu", cpu_native_bf16=False))
+    assert no_bf16.severity == Severity.INFO and "applies when the model runs on a GPU" in no_bf16.message
+    native = amp(_as_device(ev, "cpu", cpu_native_bf16=True))
+    assert native.severity == Severity.LOW and "measure it" in native.message
+
+
+def test_missing_amp_fp16_training_fix_uses_grad_scaler(sample_audit):
+    ev = sample_audit("resnet_style").evidence
+    finding = next(f for f in run_rules(load_rules(), _as_device(ev, "cuda", gpu_capability=(7, 5)))[0]
+                   if f.slug == "missing-amp")
+    assert "GradScaler" in finding.fix.after
+
+
+def test_missing_amp_stays_silent_under_autocast_and_for_sliver_matmuls(sample_audit):
+    assert not [f for f in sample_audit("clean_mlp").report.findings if f.slug == "missing-amp"]  # autocast
+    assert not [f for f in sample_audit("bf16_weights").report.findings if f.slug == "missing-amp"]  # bf16 params
+    assert not [f for f in sample_audit("moe_layer").report.findings if f.slug == "missing-amp"]  # 4-MFLOP experts
+
+
+# ---- data loader ----------------------------------------------------------------------------
+
+def test_dataloader_workers_states_a_concrete_value_and_why(sample_audit):
+    [finding] = [f for f in sample_audit("dataloader_workers").report.findings if f.slug == "dataloader-workers"]
+    ev = sample_audit("dataloader_workers").evidence
+    suggested = finding.evidence["workers_suggested"]
+    assert f"num_workers={suggested}" in finding.fix.summary and suggested >= 1
+    assert f"{ev.env.cpu_cores_available} cores" in finding.message and "thread" in finding.message
+    assert finding.evidence["batch_ms"] > finding.evidence["step_ms"]
+
+
+def test_dataloader_workers_on_cuda_leaves_one_core_for_the_trainer(sample_audit):
+    ev = sample_audit("dataloader_workers").evidence
+    cuda = _as_device(ev, "cuda", cpu_cores_available=16)
+    finding = next(f for f in run_rules(load_rules(), cuda)[0] if f.slug == "dataloader-workers")
+    assert finding.evidence["cores_free_for_workers"] == 15
+    assert finding.evidence["workers_suggested"] == min(15, finding.evidence["workers_needed"])
+
+
+def test_persistent_workers_when_worker_start_up_dominates_short_epochs(tmp_path):
+    path = write_model(tmp_path, """
+        import torch
+        from torch.utils.data import DataLoader, TensorDataset
+        def get_model(): return torch.nn.Linear(4, 1)
+        def get_inputs(): return torch.ones(8, 4)
+        def get_optimizer(model): return torch.optim.SGD(model.parameters(), lr=0.1)
+        def get_dataloader():
+            data = TensorDataset(torch.randn(16, 4), torch.randn(16, 1))
+            return DataLoader(data, batch_size=8, num_workers=2)  # two batches per epoch
+    """)
+    result = audit(path, tmp_path / "out")
+    findings = [f for f in result.report.findings if f.slug == "dataloader-workers"]
+    assert [f.severity for f in findings] == [Severity.LOW]  # cheap batches: only the restart cost
+    assert "persistent_workers=True" in findings[0].message
+
+
+def test_pin_memory_on_cuda_counts_pageable_copies_from_a_recorded_trace():
+    trace = parse_trace(str(shared_trace("critical_path/alexnet/benchmark_result_2869224_1695835535_trace.json.gz")))
+    evidence = Evidence(
+        target=TargetInfo(model_file="recorded", device="cuda", mode="train"), trace=trace,
+        data=DataLoaderInfo(pin_memory=False, batch_size=64, batch_bytes=64 * 3 * 224 * 224 * 4, batch_ms_median=1.0),
+    )
+    [finding] = [f for f in run_rules(load_rules(), evidence)[0] if f.slug == "dataloader-pin-memory"]
+    assert finding.severity == Severity.MEDIUM and finding.evidence["count"] == 16
+    pinned = evidence.model_copy(update={"data": evidence.data.model_copy(update={"pin_memory": True})})
+    assert not [f for f in run_rules(load_rules(), pinned)[0] if f.slug == "dataloader-pin-memory"]
+
+
+def test_small_batches_on_cpu_get_no_pin_memory_advice(sample_audit):
+    assert sample_audit("train_with_loader").evidence.data.batch_bytes < 2**20
+    assert not [f for f in sample_audit("train_with_loader").report.findings if f.slug.startswith("dataloader")]
