@@ -78,6 +78,13 @@ FIXES = {
     "cuda": "remove explicit torch.cuda.synchronize()/event waits from the step; synchronize only where a "
             "host needs the value",
 }
+SNIPPETS = {  # before / after for the pattern at the worst site
+    "scalar": ("total += loss.item()  # every step", "total += loss.detach()  # read total.item() every N steps"),
+    "branch": ("if scores.max() > 0.5:\n    x = x * 2", "x = torch.where(scores.max() > 0.5, x * 2, x)"),
+    "transfer": ("stats = y.mean(0).tolist()  # inside the step", "stats = y.mean(0).detach()  # .tolist() after the step"),
+    "dynamic": ("active = x[scores > 0.3]\nout = active.sum()", "mask = (scores > 0.3).unsqueeze(-1)\nout = (x * mask).sum()"),
+    "cuda": ("torch.cuda.synchronize()  # inside the step", "# no explicit synchronize: the next host read syncs anyway"),
+}
 LABELS = {"scalar": ".item()/scalar read", "branch": "tensor used as a Python bool", "transfer": "copy to host",
           "dynamic": "data-dependent size (nonzero / boolean mask)", "cuda": "CUDA sync API"}
 DATA_DEPENDENT_BREAK = ("item()", "tolist", "numpy", "nonzero", "data-dependent", "data dependent",
@@ -166,8 +173,8 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
         locations=[_location(s, steps) for s in reported],
         fix=Fix(
             summary="; ".join(FIXES[k] for k in kinds),
-            before="if scores.max().item() > 0.5:\n    x = x * 2\nlogger.log(loss.item())",
-            after="x = torch.where(scores.max() > 0.5, x * 2, x)\nrunning_loss += loss.detach()  # .item() every N steps",
+            before=SNIPPETS[sorted(worst.kinds)[0]][0],
+            after=SNIPPETS[sorted(worst.kinds)[0]][1],
             docs=["https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html#avoid-unnecessary-cpu-gpu-synchronization"],
         ),
     )

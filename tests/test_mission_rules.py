@@ -61,11 +61,14 @@ def test_sample_fires_exactly_its_rules_at_the_right_lines(sample_audit, sample)
 def test_borderline_resnet_layout_copies_point_to_channels_last(sample_audit):
     ruleset = load_rules()
     lowered = parse_settings(ruleset, ["non-contiguous.min_share=0.01"])  # past the borderline, every run
-    [finding] = [f for f in run_rules(ruleset, sample_audit("resnet_style").evidence, lowered)[0]
-                 if f.slug == "non-contiguous"]
-    assert 0.01 <= finding.evidence["copy_share_of_step"] < 0.2
-    assert "channels_last" in finding.fix.summary
-    assert "ConvolutionBackward0" in " ".join(loc.note + loc.function for loc in finding.locations)
+    evidence = sample_audit("resnet_style").evidence
+    found = [f for f in run_rules(ruleset, evidence, lowered)[0] if f.slug == "non-contiguous"]
+    assert len(found) == 1, f"step {evidence.step_ms} ms; findings {[f.message for f in found]}"
+    finding = found[0]
+    assert 0.01 <= finding.evidence["copy_share_of_step"] < 0.2, finding.message
+    assert "channels_last" in finding.fix.summary, finding.fix.summary
+    places = " ".join(loc.note + loc.function for loc in finding.locations)
+    assert "ConvolutionBackward0" in places, places
 
 
 def test_findings_carry_numbers_impact_and_fixes(sample_audit):
