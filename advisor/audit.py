@@ -9,16 +9,18 @@ from typing import Callable
 
 from advisor import __version__
 from advisor.capture.supervisor import CaptureRun, run_capture
+from advisor.capture.worker import VERIFY_STAGES
 from advisor.engine import RuleSet, check_disabled, load_rules, parse_settings, run_rules
 from advisor.errors import StageError
 from advisor.evidence import DataLoaderInfo, Environment, Evidence, FlopCount, GraphCapture, TargetInfo, Timing
 from advisor.kineto import TraceFormatError, parse_trace
 from advisor.report.model import ModelOutput, Report, RuleProblemRecord, StageRecord, VerificationSettings
 from advisor.report.summarize import summarize_graph, summarize_trace
-from advisor.rule import Severity
+from advisor.rule import Severity, Verification
 
 # Failures of these kinds leave the audit incomplete (exit 2); "unsupported" ones are noted only.
 FAILING_KINDS = ("user-code", "timeout", "crash", "internal")
+VERIFY_MARGIN_S = 120  # compile time and start-up beyond the measuring budget
 
 
 @dataclass
@@ -78,16 +80,15 @@ def run_audit(options: AuditOptions, progress: Callable[[str], None] = lambda te
         stages=[StageRecord(stage=o.stage, status=o.status, seconds=round(o.seconds, 3), note=o.note)
                 for o in run.outcomes.values()],
         output=ModelOutput(stdout=run.stdout, stderr=run.stderr),
-        verification=VerificationSettings(
-            enabled=options.verify, budget_s=options.budget,
-            note="fix verification is not available in this version; findings are not yet verified",
-        ),
+        verification=VerificationSettings(enabled=options.verify, budget_s=options.budget),
         rule_problems=[RuleProblemRecord(source=p.source, message=p.message) for p in ruleset.problems],
     )
     if run.outcomes["load"].status == "ok":
         findings, problems = run_rules(ruleset, evidence, overrides, disabled)
         report.findings = findings
         report.rule_problems += [RuleProblemRecord(source=p.source, message=p.message) for p in problems]
+    if options.verify and report.findings:
+        _verify(report, run, spec, options, progress)
     report.environment, report.timing, report.data = evidence.env, evidence.timing, evidence.data
     report.flops = evidence.flops
     if evidence.trace is not None:
@@ -95,6 +96,29 @@ def run_audit(options: AuditOptions, progress: Callable[[str], None] = lambda te
     if evidence.graph is not None:
         report.graph = summarize_graph(evidence.graph)
     return AuditResult(report=report, evidence=evidence)
+
+
+def _verify(report: Report, run: CaptureRun, spec: dict, options: AuditOptions, progress) -> None:
+    """Measure each finding's fix in a second supervised child (never after a hang or crash)."""
+    unsafe = [e for e in run.errors if e.kind in ("timeout", "crash") or e.stage in ("timing", "trace")]
+    if unsafe:
+        report.verification.note = f"not attempted: the {unsafe[0].stage} stage {unsafe[0].kind}"
+        return
+    order = sorted(range(len(report.findings)), key=lambda i: -(report.findings[i].impact or 0.0))
+    requests = [{"index": i, "finding": report.findings[i].model_dump(mode="json")} for i in order]
+    verify_spec = {**spec, "verify": requests, "budget_s": options.budget, "rule_dirs": list(options.rule_dirs)}
+    timeout = max(options.timeout, options.budget + VERIFY_MARGIN_S)
+    outcome = run_capture(verify_spec, timeout, lambda text: progress(f"verify {text}"), stages=VERIFY_STAGES)
+    text = outcome.result("verify")
+    if text is None:
+        failure = next(iter(outcome.errors), None)
+        report.verification.note = f"verification did not finish: {failure.message if failure else 'unknown'}"
+        return
+    measured = json.loads(text)
+    for index, result in measured["results"].items():
+        report.findings[int(index)].verification = Verification.model_validate(result)
+    if measured["combined"] is not None:
+        report.verification.combined = Verification.model_validate(measured["combined"])
 
 
 def build_evidence(run: CaptureRun, model_file: str) -> tuple[Evidence, list[StageError]]:

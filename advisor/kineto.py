@@ -131,6 +131,22 @@ class Trace:
             return 0.0
         return max(o.ts + o.dur for o in self.ops) - min(o.ts for o in self.ops)
 
+    def median_per_step(self, items: Iterable[Op]) -> float:
+        """Median over the profiled steps of the summed duration of ``items`` (µs).
+
+        A median, not a mean: one step disturbed by the machine must not set the figure.
+        Without step markers, the total.
+        """
+        if not self.steps:
+            return sum(item.dur for item in items)
+        totals = [0.0] * len(self.steps)
+        for item in items:
+            if item.step is not None:
+                totals[item.step] += item.dur
+        totals.sort()
+        middle = len(totals) // 2
+        return totals[middle] if len(totals) % 2 else (totals[middle - 1] + totals[middle]) / 2
+
     def step_ops(self) -> list[Op]:
         """Ops inside a profiled step (all ops when the trace has no step markers)."""
         if not self.steps:

@@ -22,7 +22,7 @@ import linecache
 import re
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Literal
 
 from pydantic import BaseModel, Field
 
@@ -91,6 +91,32 @@ class Fix(BaseModel):
     docs: list[str] = Field(default_factory=list)
 
 
+VerificationStatus = Literal[
+    "verified", "no-gain", "slower", "numerics-failed", "fix-failed", "not-verifiable-here", "skipped"]
+
+
+class Verification(BaseModel):
+    """What measuring a finding's fix on a copy of the target showed."""
+
+    status: VerificationStatus
+    speedup: float | None = Field(default=None, description="median baseline/candidate step-time ratio")
+    ci_low: float | None = Field(default=None, description="bootstrap 95% interval of the ratio, low end")
+    ci_high: float | None = None
+    baseline_ms: float | None = None
+    candidate_ms: float | None = None
+    samples: int = Field(default=0, description="interleaved baseline/candidate pairs measured")
+    max_abs_error: float | None = None
+    max_rel_error: float | None = Field(default=None, description="max abs error over the baseline's max magnitude")
+    tolerance: float | None = None
+    compile_s: float | None = Field(default=None, description="one-off compile time of the candidate")
+    device: str = ""
+    note: str = ""
+
+    @property
+    def rejected(self) -> bool:
+        return self.status in ("slower", "numerics-failed", "fix-failed")
+
+
 class Finding(BaseModel):
     """One item of the checklist. Rules set what they saw; the engine sets who saw it."""
 
@@ -106,7 +132,7 @@ class Finding(BaseModel):
     impact: float | None = Field(
         default=None, description="share of step time this finding explains (0..1), when measurable"
     )
-    verification: dict[str, Any] | None = None
+    verification: Verification | None = None
 
 
 @dataclass(frozen=True)
@@ -134,6 +160,19 @@ SLUG_PATTERN = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
 CODE_PATTERN = re.compile(r"^[A-Z]{2,5}[0-9]{3}$")
 
 
+class NotVerifiable(Exception):
+    """Raised by a fix that cannot be measured here; the message says why (e.g. needs CUDA)."""
+
+
+@dataclass
+class FixSpec:
+    """A rule's fix: a function returning a NEW Target, and how close its outputs must stay."""
+
+    apply: Callable[..., Any]
+    tolerance: float = 1e-5  # max |candidate - baseline| / max |baseline|; 1e-5 = same up to float reordering
+    what: str = ""
+
+
 @dataclass
 class Rule:
     slug: str
@@ -144,17 +183,25 @@ class Rule:
     thresholds: dict[str, Threshold] = field(default_factory=dict)
     doc: str = ""
     source: str = ""
-    fix_fn: Callable[..., Any] | None = None
+    fix_spec: FixSpec | None = None
 
     @property
     def title(self) -> str:
         first = self.doc.strip().splitlines()[0] if self.doc.strip() else self.slug
         return first.strip().rstrip(".")
 
-    def fix(self, fn: Callable[..., Any]) -> Callable[..., Any]:
-        """Register the fix that makes this rule's findings verifiable (see DESIGN.md)."""
-        self.fix_fn = fn
-        return fn
+    def fix(self, fn: Callable[..., Any] | None = None, *, tolerance: float = 1e-5, what: str = ""):
+        """Register ``fix(target, finding) -> Target``, which makes findings verifiable.
+
+        Use bare (``@check.fix``) or with the numerical tolerance the change allows
+        (``@check.fix(tolerance=0.05, what="bf16 autocast")``). The fix returns a new Target
+        (``dataclasses.replace``); it never mutates the one it is given. It may raise
+        NotVerifiable with the reason when the change cannot be measured on this device.
+        """
+        def register(function: Callable[..., Any]) -> Callable[..., Any]:
+            self.fix_spec = FixSpec(apply=function, tolerance=tolerance, what=what or function.__doc__ or "")
+            return function
+        return register(fn) if fn is not None else register
 
     def __call__(self, *args: Any, **kwargs: Any) -> Iterator[Finding]:
         return self.check(*args, **kwargs)

@@ -15,7 +15,7 @@ import copy
 import importlib.util
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, Callable
 
@@ -97,6 +97,17 @@ class Target:
     get_dataloader: Callable[[], Any] | None = None
     get_optimizer: Callable[[torch.nn.Module], Any] | None = None
     loss_fn: Callable[[Any, Any], torch.Tensor] | None = None
+    # Changes a fix may ask for; fresh() and the step apply them to copies, never to the user's objects.
+    autocast_dtype: torch.dtype | None = None
+    grad_scaler: bool = False
+    compile_mode: str | None = None  # torch.compile mode ("default", "reduce-overhead", ...)
+    compile_backend: Any = None  # a torch.compile backend, e.g. a graph rewrite
+    channels_last: bool = False
+    loader_options: dict[str, Any] = field(default_factory=dict)  # DataLoader keyword overrides
+
+    @property
+    def compiled(self) -> bool:
+        return self.compile_mode is not None or self.compile_backend is not None
 
     def fresh(self) -> tuple[torch.nn.Module, Any, Any]:
         """A deep copy of model and inputs on the audit device, plus its optimizer (if any)."""
@@ -105,12 +116,52 @@ class Target:
             lambda v: v.detach().clone().to(self.device) if isinstance(v, torch.Tensor) else copy.deepcopy(v),
             self.inputs,
         )
+        if self.channels_last:
+            model = model.to(memory_format=torch.channels_last)
+            inputs = tree_map(_to_channels_last, inputs)
         optimizer = None
         if self.mode == "train" and self.get_optimizer is not None:
             optimizer = call_user("load", self.path, "get_optimizer(model)", self.get_optimizer, model)
             if not isinstance(optimizer, torch.optim.Optimizer):
                 raise _fail("load", f"get_optimizer(model) returned {type(optimizer).__name__}, not a torch.optim.Optimizer")
+        if self.compiled:
+            options = {"mode": self.compile_mode} if self.compile_mode not in (None, "default") else {}
+            if self.compile_backend is not None:
+                options["backend"] = self.compile_backend
+            model = torch.compile(model, **options)
         return model, inputs, optimizer
+
+    def loader(self) -> Any:
+        """The user's data loader, rebuilt with ``loader_options`` when a fix set any."""
+        loader = call_user("data", self.path, "get_dataloader()", self.get_dataloader)
+        return rebuild_loader(loader, **self.loader_options) if self.loader_options else loader
+
+
+def _to_channels_last(value: Any) -> Any:
+    if isinstance(value, torch.Tensor) and value.dim() == 4 and value.is_floating_point():
+        return value.contiguous(memory_format=torch.channels_last)
+    return value
+
+
+def rebuild_loader(loader: Any, **overrides: Any) -> Any:
+    """The same DataLoader (dataset, sampling, collation) with some settings changed."""
+    from torch.utils.data import DataLoader
+
+    if not isinstance(loader, DataLoader):
+        raise TypeError(f"{type(loader).__name__} is not a torch DataLoader; its settings cannot be changed here")
+    options = dict(
+        batch_sampler=loader.batch_sampler, num_workers=loader.num_workers, collate_fn=loader.collate_fn,
+        pin_memory=loader.pin_memory, timeout=loader.timeout, worker_init_fn=loader.worker_init_fn,
+        multiprocessing_context=loader.multiprocessing_context, generator=loader.generator,
+        persistent_workers=loader.persistent_workers,
+    )
+    if loader.num_workers > 0 or overrides.get("num_workers", 0) > 0:
+        options["prefetch_factor"] = loader.prefetch_factor or 2
+    options.update(overrides)
+    if options["num_workers"] == 0:
+        options.pop("prefetch_factor", None)
+        options["persistent_workers"] = False
+    return DataLoader(loader.dataset, **options)
 
 
 def load_target(path: str, mode: str = "auto", device: str = "auto") -> Target:

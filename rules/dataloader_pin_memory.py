@@ -91,3 +91,15 @@ def _pageable_copies(ev: Evidence) -> dict:
     steps = ev.trace.step_count
     return {"count": len(copies), "per_step": len(copies) / steps,
             "ms_per_step": round(sum(m.dur for m in copies) / steps / 1000, 4)}
+
+
+@check.fix(what="pinned batches, copied with non_blocking=True")
+def fix(target, finding):
+    """Rebuild the loader with pin_memory=True (measurable only with a CUDA device)."""
+    import dataclasses
+
+    from advisor.rule import NotVerifiable
+
+    if target.device.type != "cuda":
+        raise NotVerifiable("pinned memory only changes host-to-GPU copies; this run has no CUDA device")
+    return dataclasses.replace(target, loader_options={**target.loader_options, "pin_memory": True})

@@ -138,3 +138,15 @@ def _restarting_workers(data: DataLoaderInfo, step_ms: float, th: Thresholds) ->
                 before=f"DataLoader(dataset, num_workers={data.num_workers})",
                 after=f"DataLoader(dataset, num_workers={data.num_workers}, persistent_workers=True)", docs=DOCS),
     )
+
+
+@check.fix(what="the same loader with more workers, kept between epochs")
+def fix(target, finding):
+    """Rebuild the user's DataLoader with the suggested num_workers and persistent workers."""
+    import dataclasses
+
+    workers = finding.evidence.get("workers_suggested")
+    options = {"persistent_workers": True}
+    if workers is not None:
+        options["num_workers"] = int(workers)
+    return dataclasses.replace(target, loader_options={**target.loader_options, **options})

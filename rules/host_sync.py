@@ -303,3 +303,16 @@ def _place(site: SyncSite) -> str:
     if site.file:
         return f"{os.path.basename(site.file)}:{site.line}"
     return f"{site.function} (no source line in the trace)"
+
+
+@check.fix(what="no automatic rewrite")
+def fix(target, finding):
+    """No rewrite removes a sync safely; say what the syncs cost instead (expected, not verified)."""
+    from advisor.rule import NotVerifiable
+
+    blocked = finding.evidence.get("blocked_ms_per_step")
+    if blocked is not None:
+        raise NotVerifiable(f"no safe automatic rewrite; expected: up to {blocked:g} ms per step of host waiting "
+                            "(measured in the trace) and the GPU idle time behind it")
+    raise NotVerifiable("no safe automatic rewrite; on this CPU run the syncs cost no waiting, "
+                        "so the gain appears only when the step runs on a GPU")

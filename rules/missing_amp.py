@@ -77,7 +77,7 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     mflop_per_matmul = matmul_flops / (len(matmuls) / ev.trace.step_count) / 1e6
     if mflop_per_matmul < th.min_mflop_per_matmul:
         return  # many small matmuls: measured 1.03x for a top-2 MoE of 4-MFLOP experts in bf16
-    share = ev.share_of_step(sum(o.dur for o in matmuls) / ev.trace.step_count)
+    share = ev.share_of_step(ev.trace.median_per_step(matmuls))
     if share is None or share < th.min_matmul_share:
         return
     severity, advice = _device_advice(ev, share)
@@ -144,3 +144,21 @@ def _hot_lines(ev: Evidence, matmuls: list) -> list[Location]:
     total = sum(by_line.values()) or 1.0
     ranked = sorted(by_line.items(), key=lambda item: -item[1])[:5]
     return [Location.at(file, line, note=f"{us / total:.0%} of the matmul time") for (file, line), us in ranked]
+
+
+@check.fix(tolerance=0.05, what="autocast to bf16 (fp16 with GradScaler on pre-Ampere GPUs)")
+def fix(target, finding):
+    """Run the step under autocast: the dtype the device runs fast."""
+    import dataclasses
+
+    import torch
+
+    from advisor.rule import NotVerifiable
+
+    if target.device.type == "cuda":
+        dtype = torch.bfloat16 if torch.cuda.get_device_capability(target.device)[0] >= 8 else torch.float16
+        return dataclasses.replace(target, autocast_dtype=dtype,
+                                   grad_scaler=dtype is torch.float16 and target.mode == "train")
+    if not torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        raise NotVerifiable("this CPU has no native bf16, so autocast would run emulated; the fix applies on a GPU")
+    return dataclasses.replace(target, autocast_dtype=torch.bfloat16)

@@ -81,8 +81,8 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     trace = ev.trace
     if trace is None or not trace.step_ops():
         return
-    sites = _copy_sites(trace)
-    copy_us = sum(s.us for s in sites.values()) / trace.step_count
+    sites, copies = _copy_sites(trace)
+    copy_us = trace.median_per_step(copies)
     share = ev.share_of_step(copy_us)
     if share is None or share < th.min_share:  # copies too small to matter: stay silent
         return
@@ -121,18 +121,20 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     )
 
 
-def _copy_sites(trace: Trace) -> dict[tuple[str, int], CopySite]:
+def _copy_sites(trace: Trace) -> tuple[dict[tuple[str, int], CopySite], list[Op]]:
     sites: dict[tuple[str, int], CopySite] = {}
+    copies = []
     for op in outermost(trace, LAYOUT_COPY_OPS):
         if not _copies_a_strided_input(trace, op):
             continue  # a copy of a contiguous tensor is not a layout problem
+        copies.append(op)
         file, line = (op.src.file, op.src.line) if op.src is not None and op.src.exact else ("", 0)
         site = sites.setdefault((file, line), CopySite(file=file, line=line))
         site.us += op.dur
         site.count += 1
         site.paid_by.add(_payer(trace, op))
         site.nhwc |= any(_nhwc(d, st) for d, st in zip(op.input_dims, op.input_strides))
-    return sites
+    return sites, copies
 
 
 def _copies_a_strided_input(trace: Trace, op: Op, depth: int = 3) -> bool:
@@ -223,3 +225,14 @@ def _fix(sites: list[CopySite], conv_net: bool) -> Fix:
               "y = self.norm(y.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)",
         docs=["https://pytorch.org/tutorials/intermediate/memory_format_tutorial.html"],
     )
+
+
+@check.fix(tolerance=1e-5, what="drop .contiguous() copies (and channels_last for conv nets)")
+def fix(target, finding):
+    """A layout-only rewrite: values cannot change, so outputs must match to float rounding."""
+    import dataclasses
+
+    from advisor.verify.rewrites import drop_contiguous
+
+    return dataclasses.replace(target, compile_backend=drop_contiguous,
+                               channels_last=bool(finding.evidence.get("conv_net")))

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from advisor.capture.graph import capture_graph
+from advisor.capture.worker import PROFILE_STEPS
 from advisor.target import load_target
 from conftest import SAMPLES, audit, line_of, write_model
 
@@ -180,11 +181,11 @@ def test_non_contiguous_sample_evidence(sample_audit):
     assert permutes[0].line == line_of(path, "NCHW -> NHWC copy")
     convs = [n for n in ev.graph.calls() if n.module_type == "Conv2d"]
     assert convs and convs[0].channels_last is False and convs[0].shape == [8, 32, 32, 32]
-    # trace: the copies are attributed to the exact user lines, three profiled steps
+    # trace: the copies are attributed to the exact user lines in every profiled step
     trace = ev.trace
-    assert len(trace.steps) == 3
+    assert len(trace.steps) == PROFILE_STEPS
     contiguous_ops = [o for o in trace.step_ops() if o.name == "aten::contiguous"]
-    assert len(contiguous_ops) == 3 * 4 * 2
+    assert len(contiguous_ops) == PROFILE_STEPS * 4 * 2  # 4 blocks, 2 copies each
     lines = {o.src.line for o in contiguous_ops}
     assert lines == {line_of(path, "NCHW -> NHWC copy"), line_of(path, "and back: another copy")}
     assert all(0 <= o.self_dur <= o.dur for o in trace.step_ops())

@@ -6,6 +6,7 @@ Training: forward, loss, backward, optimizer step, zero_grad. Inference: forward
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any, Callable
 
 import torch
@@ -19,21 +20,38 @@ def synchronize(device: torch.device) -> None:
 
 
 def make_step(target: Target, model: torch.nn.Module, inputs: Any, optimizer: Any) -> Callable[[], Any]:
-    """A callable running one whole step on the given (copied) model, inputs and optimizer."""
+    """A callable running one whole step on the given (copied) model, inputs and optimizer.
+
+    A fix's autocast (and GradScaler) settings on the target apply here.
+    """
+    def precision():
+        if target.autocast_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=target.device.type, dtype=target.autocast_dtype)
+
     if target.mode == "inference":
         def inference_step() -> Any:
-            with torch.no_grad():
+            with torch.no_grad(), precision():
                 return call_model(model, inputs)
         return inference_step
 
     loss_fn = target.loss_fn
+    scaler = torch.amp.GradScaler(target.device.type) if target.grad_scaler else None
 
     def training_step() -> Any:
-        output = call_model(model, inputs)
-        loss = loss_fn(output, inputs) if loss_fn is not None else default_loss(output)
-        loss.backward()
+        with precision():
+            output = call_model(model, inputs)
+            loss = loss_fn(output, inputs) if loss_fn is not None else default_loss(output)
+        if scaler is None:
+            loss.backward()
+            if optimizer is not None:
+                optimizer.step()
+        else:
+            scaler.scale(loss).backward()
+            if optimizer is not None:
+                scaler.step(optimizer)
+            scaler.update()
         if optimizer is not None:
-            optimizer.step()
             optimizer.zero_grad()
         return loss
     return training_step

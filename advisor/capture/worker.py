@@ -16,7 +16,9 @@ import traceback
 from typing import Any, Callable
 
 STAGES = ("load", "env", "timing", "trace", "flops", "graph", "data")
-MODEL_STAGES = ("timing", "trace", "flops")  # stages that run the whole step
+VERIFY_STAGES = ("load", "verify")
+MODEL_STAGES = ("timing", "trace", "flops")
+PROFILE_STEPS = 5  # stages that run the whole step
 
 
 class Channel:
@@ -142,10 +144,10 @@ def _trace(state: dict, progress: Callable[[str], None]) -> str:
     step = make_step(target, *target.fresh())
     run_user_step("trace", target, step)
     try:
-        record_trace(step, target.device, path, steps=spec.get("profile_steps", 3))
+        record_trace(step, target.device, path, steps=spec.get("profile_steps", PROFILE_STEPS))
     except Exception:  # noqa: BLE001 - the source annotator is ours; retry plainly
         progress("source annotation failed; profiling without it")
-        record_trace(step, target.device, path, steps=spec.get("profile_steps", 3), annotate=False)
+        record_trace(step, target.device, path, steps=spec.get("profile_steps", PROFILE_STEPS), annotate=False)
     return json.dumps({"trace_path": path})
 
 
@@ -196,9 +198,24 @@ def _data(state: dict, progress: Callable[[str], None]) -> str | None:
     return info.model_dump_json()
 
 
+def _verify(state: dict, progress: Callable[[str], None]) -> str:
+    from advisor.engine import load_rules
+    from advisor.rule import Finding
+    from advisor.verify.run import verify_all
+
+    spec = state["spec"]
+    ruleset = load_rules(spec.get("rule_dirs", []))
+    findings = [(item["index"], Finding.model_validate(item["finding"])) for item in spec["verify"]]
+    results, combined = verify_all(state["target"], ruleset, findings, spec["budget_s"], progress)
+    return json.dumps({
+        "results": {str(index): outcome.model_dump() for index, outcome in results.items()},
+        "combined": combined.model_dump() if combined is not None else None,
+    })
+
+
 STAGE_RUNNERS: dict[str, Callable[[dict, Callable[[str], None]], str | None]] = {
     "load": _load, "env": _env, "timing": _timing, "trace": _trace, "flops": _flops, "graph": _graph,
-    "data": _data,
+    "data": _data, "verify": _verify,
 }
 
 

@@ -12,7 +12,7 @@ from pydantic import BaseModel, Field
 
 from advisor.errors import StageError
 from advisor.evidence import DataLoaderInfo, Environment, FlopCount, GraphBreak, TargetInfo, Timing
-from advisor.rule import Finding, Layer
+from advisor.rule import Finding, Layer, Verification
 
 SCHEMA_VERSION = "1.0"
 
@@ -67,6 +67,7 @@ class VerificationSettings(BaseModel):
     enabled: bool = True
     budget_s: float = 120.0
     note: str = ""
+    combined: Verification | None = Field(default=None, description="all verified fixes applied together")
 
 
 class Report(BaseModel):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from advisor.report.model import Report
+from advisor.rule import Verification
 
 _COLOURS = {"high": "red", "medium": "yellow", "low": "cyan", "info": "white"}
 
@@ -33,5 +34,21 @@ def print_summary(report: Report, written: dict[str, str]) -> None:
         click.echo(f"  {tag} {finding.code} {finding.slug}: {finding.message}")
         for location in finding.locations[:3]:
             click.echo(f"         at {location.label()}  {location.code}")
+        if finding.verification is not None:
+            click.echo(f"         fix: {describe_verification(finding.verification)}")
+    combined = report.verification.combined
+    if combined is not None and combined.speedup is not None:
+        click.echo(f"All verified fixes together: {combined.speedup:.2f}x [{combined.ci_low:.2f}–{combined.ci_high:.2f}]")
+    elif report.verification.note:
+        click.echo(f"Verification: {report.verification.note}")
     for fmt, path in written.items():
         click.echo(f"{fmt.upper()} report: {path}")
+
+
+def describe_verification(v: Verification) -> str:
+    if v.speedup is not None:
+        text = f"{v.status} {v.speedup:.2f}x [{v.ci_low:.2f}–{v.ci_high:.2f}], n={v.samples}"
+        if v.compile_s is not None:
+            text += f", compile {v.compile_s:.1f} s"
+        return text
+    return f"{v.status}: {v.note}"

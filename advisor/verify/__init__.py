@@ -1,0 +1,1 @@
+"""Verification: apply fixes to fresh copies, check numerics, A/B-measure the whole step."""

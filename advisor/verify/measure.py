@@ -1,0 +1,94 @@
+"""Interleaved A/B timing of two whole steps, with a bootstrap interval on the speedup.
+
+Baseline and candidate alternate (A B, then B A, ...) so drift of the machine hits both;
+each pair gives a ratio baseline/candidate; the speedup is the median ratio and its 95%
+interval comes from resampling the pairs (bootstrap of the median).
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+
+BOOTSTRAP_RESAMPLES = 2000
+
+
+@dataclass
+class ABResult:
+    baseline_ms: list[float]
+    candidate_ms: list[float]
+
+    @property
+    def ratios(self) -> list[float]:
+        return [a / b for a, b in zip(self.baseline_ms, self.candidate_ms) if b > 0]
+
+    @property
+    def speedup(self) -> float:
+        return statistics.median(self.ratios)
+
+    def interval(self, confidence: float = 0.95, seed: int = 0) -> tuple[float, float]:
+        ratios = self.ratios
+        rng = random.Random(seed)
+        medians = sorted(
+            statistics.median(rng.choices(ratios, k=len(ratios))) for _ in range(BOOTSTRAP_RESAMPLES)
+        )
+        tail = (1 - confidence) / 2
+        return medians[int(tail * len(medians))], medians[min(len(medians) - 1, int((1 - tail) * len(medians)))]
+
+
+def timer_for(device: torch.device) -> Callable[[Callable[[], Any]], float]:
+    """Milliseconds of one synchronized call: CUDA events on GPU, perf_counter on CPU."""
+    if device.type == "cuda":
+        def cuda_time(fn: Callable[[], Any]) -> float:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            torch.cuda.synchronize(device)
+            return start.elapsed_time(end)
+        return cuda_time
+
+    def host_time(fn: Callable[[], Any]) -> float:
+        begin = time.perf_counter_ns()
+        fn()
+        return (time.perf_counter_ns() - begin) / 1e6
+    return host_time
+
+
+def interleave(
+    baseline: Callable[[], Any],
+    candidate: Callable[[], Any],
+    device: torch.device,
+    budget_s: float,
+    min_pairs: int = 10,
+    max_pairs: int = 300,
+) -> ABResult:
+    measure = timer_for(device)
+    result = ABResult([], [])
+    started = time.perf_counter()
+    while len(result.baseline_ms) < max_pairs:
+        if len(result.baseline_ms) % 2 == 0:
+            a = measure(baseline)
+            b = measure(candidate)
+        else:
+            b = measure(candidate)
+            a = measure(baseline)
+        result.baseline_ms.append(a)
+        result.candidate_ms.append(b)
+        if len(result.baseline_ms) >= min_pairs and time.perf_counter() - started >= budget_s:
+            break
+    return result
+
+
+def verdict(speedup_interval: tuple[float, float]) -> str:
+    low, high = speedup_interval
+    if low > 1.0:
+        return "verified"
+    if high < 1.0:
+        return "slower"
+    return "no-gain"

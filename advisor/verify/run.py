@@ -1,0 +1,239 @@
+"""Verify findings by measurement: apply each fix to a fresh copy, compare, A/B-time the step.
+
+Runs in the supervised child (it executes user code). Findings come in order of expected
+impact; each gets a Verification. Fixes that came out ``verified`` are then applied together
+and measured as one candidate. Nothing here touches the user's model or inputs: every side
+of every comparison is built from ``Target.fresh()`` copies.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+from torch.utils._pytree import tree_map
+
+from advisor.capture.step import make_step
+from advisor.engine import RuleSet
+from advisor.rule import Finding, FixSpec, NotVerifiable, Verification
+from advisor.target import Target, call_user
+from advisor.verify.measure import interleave, verdict
+from advisor.verify.numerics import compare, gradients_after, outputs_after
+
+WARMUP_STEPS = 3
+MIN_PAIRS = 10
+PER_FIX_SHARE = 0.5  # of the remaining budget one fix may spend measuring
+LOADER_CHUNK = 3  # batches per loader timing sample
+
+
+@dataclass
+class Budget:
+    seconds: float
+    started: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.started = time.monotonic()
+
+    @property
+    def left(self) -> float:
+        return self.seconds - (time.monotonic() - self.started)
+
+
+def verify_all(
+    target: Target,
+    ruleset: RuleSet,
+    findings: list[tuple[int, Finding]],
+    budget_s: float,
+    progress: Callable[[str], None] = lambda text: None,
+) -> tuple[dict[int, Verification], Verification | None]:
+    budget = Budget(budget_s)
+    results: dict[int, Verification] = {}
+    applied: list[tuple[Finding, FixSpec]] = []
+    device = str(target.device)
+    step_ms = _probe_step_ms(target)
+    for index, finding in findings:
+        rule = ruleset.get(finding.slug)
+        spec = rule.fix_spec if rule is not None else None
+        if spec is None:
+            results[index] = Verification(status="not-verifiable-here", device=device,
+                                          note="no automatic fix for this rule; apply the fix by hand")
+            continue
+        needed_s = step_ms * 2 * (WARMUP_STEPS + MIN_PAIRS) / 1000 * 1.5
+        if budget.left < needed_s:
+            results[index] = Verification(status="skipped", device=device,
+                                          note=f"verification budget spent (--budget {budget_s:g} s)")
+            continue
+        progress(f"{finding.slug}: applying the fix to a copy")
+        outcome = verify_one(target, [(finding, spec)], budget, progress, label=finding.slug)
+        results[index] = outcome
+        if outcome.status == "verified":
+            applied.append((finding, spec))
+    combined = None
+    if len(applied) > 1 and budget.left > step_ms * 2 * (WARMUP_STEPS + MIN_PAIRS) / 1000:
+        progress("all verified fixes together")
+        combined = verify_one(target, applied, budget, progress, label="all fixes")
+    elif len(applied) == 1:
+        combined = next(v for v in results.values() if v.status == "verified")
+    return results, combined
+
+
+def _probe_step_ms(target: Target) -> float:
+    step = make_step(target, *target.fresh())
+    begin = time.perf_counter()
+    call_user("verify", target.path, "the model step", step)
+    return (time.perf_counter() - begin) * 1000
+
+
+def verify_one(
+    target: Target,
+    fixes: list[tuple[Finding, FixSpec]],
+    budget: Budget,
+    progress: Callable[[str], None],
+    label: str,
+) -> Verification:
+    device = str(target.device)
+    candidate = target
+    try:
+        for finding, spec in fixes:
+            candidate = spec.apply(candidate, finding)
+    except NotVerifiable as reason:
+        return Verification(status="not-verifiable-here", device=device, note=str(reason))
+    except Exception as broken:  # noqa: BLE001 - a fix is code too
+        return Verification(status="fix-failed", device=device, note=f"applying the fix raised {type(broken).__name__}: {broken}")
+    if candidate is target:
+        return Verification(status="fix-failed", device=device, note="the fix returned the target unchanged")
+    tolerance = max(spec.tolerance for _, spec in fixes)
+    if candidate.loader_options != target.loader_options:
+        return _verify_loader(target, candidate, budget, progress, label)
+    try:
+        return _verify_step(target, candidate, tolerance, budget, progress, label)
+    except Exception as broken:  # noqa: BLE001 - the fixed copy may not run at all
+        return Verification(status="fix-failed", device=device, tolerance=tolerance,
+                            note=f"the fixed copy raised {type(broken).__name__}: {str(broken).splitlines()[0] if str(broken) else ''}")
+
+
+def _verify_step(target: Target, candidate: Target, tolerance: float, budget: Budget,
+                 progress: Callable[[str], None], label: str) -> Verification:
+    device = str(target.device)
+    base_model, base_inputs, base_opt = target.fresh()
+    cand_model, cand_inputs, cand_opt = candidate.fresh()
+    base_step = make_step(target, base_model, base_inputs, base_opt)
+    cand_step = make_step(candidate, cand_model, cand_inputs, cand_opt)
+    with _eager_random_in_compiled_code():
+        torch.manual_seed(0)
+        base = _first_result(target, base_model, base_inputs, base_step)
+        torch.manual_seed(0)
+        began = time.perf_counter()
+        cand = _first_result(candidate, cand_model, cand_inputs, cand_step)
+        first_call_s = time.perf_counter() - began
+    comparison = compare(base, cand)
+    compile_s = round(first_call_s, 3) if candidate.compiled else None
+    errors = dict(max_abs_error=comparison.max_abs_error, max_rel_error=comparison.max_rel_error,
+                  tolerance=tolerance, compile_s=compile_s, device=device)
+    if not comparison.baseline_finite:
+        return Verification(status="not-verifiable-here", note="the baseline's outputs contain NaN or Inf, "
+                            "so equal numerics cannot be checked", **errors)
+    if not comparison.within(tolerance):
+        what = comparison.detail or (f"outputs differ by {comparison.max_rel_error:.3g} of their magnitude "
+                                     f"(max abs {comparison.max_abs_error:.3g}), more than the {tolerance:g} allowed")
+        return Verification(status="numerics-failed", note=what, **errors)
+    for _ in range(WARMUP_STEPS):
+        base_step()
+        cand_step()
+    progress(f"{label}: timing baseline and candidate, interleaved")
+    ab = interleave(base_step, cand_step, target.device, budget_s=max(1.0, budget.left * PER_FIX_SHARE),
+                    min_pairs=MIN_PAIRS)
+    return _measured(ab, errors, note=_numerics_note(target, comparison))
+
+
+def _first_result(target: Target, model: torch.nn.Module, inputs: Any, step: Callable[[], Any]) -> list[torch.Tensor]:
+    """The values to compare; in training a forward + backward on the same copy the timing uses."""
+    if target.mode == "train":
+        return gradients_after(make_step(target, model, inputs, None), model)
+    return outputs_after(step)
+
+
+def _numerics_note(target: Target, comparison) -> str:
+    what = "loss and gradients" if target.mode == "train" else "outputs"
+    return f"{what} match within {comparison.max_rel_error:.2g} of their magnitude"
+
+
+def _verify_loader(target: Target, candidate: Target, budget: Budget,
+                   progress: Callable[[str], None], label: str) -> Verification:
+    """Data + step throughput over real batches, baseline loader against the rebuilt one."""
+    device = str(target.device)
+    if target.get_dataloader is None:
+        return Verification(status="not-verifiable-here", device=device, note="the model file has no get_dataloader()")
+    try:
+        base = _LoaderPipeline(target)
+        cand = _LoaderPipeline(candidate)
+    except TypeError as unsupported:
+        return Verification(status="not-verifiable-here", device=device, note=str(unsupported))
+    try:
+        base.chunk()
+        cand.chunk()  # starts the workers; persistent ones stay up
+        progress(f"{label}: timing data + step, interleaved")
+        ab = interleave(base.chunk, cand.chunk, target.device, budget_s=max(1.0, budget.left * PER_FIX_SHARE),
+                        min_pairs=MIN_PAIRS)
+    finally:
+        base.close()
+        cand.close()
+    return _measured(ab, {"device": device},
+                     note=f"time for {LOADER_CHUNK} batches (loading + step) each sample; the model step is "
+                          f"unchanged, only the loader's settings ({candidate.loader_options}) differ")
+
+
+class _LoaderPipeline:
+    def __init__(self, target: Target):
+        self.loader = target.loader()
+        self.iterator = iter(self.loader)
+        self.step = make_step(target, *target.fresh())
+        self.device = target.device
+
+    def chunk(self) -> None:
+        for _ in range(LOADER_CHUNK):
+            try:
+                batch = next(self.iterator)
+            except StopIteration:
+                self.iterator = iter(self.loader)
+                batch = next(self.iterator)
+            if self.device.type != "cpu":  # the host-to-device copy is part of the pipeline
+                tree_map(lambda v: v.to(self.device, non_blocking=True) if isinstance(v, torch.Tensor) else v, batch)
+            self.step()
+
+    def close(self) -> None:
+        self.iterator = None  # ends non-persistent workers
+        self.loader = None
+
+
+def _measured(ab, fields: dict, note: str) -> Verification:
+    low, high = ab.interval()
+    return Verification(
+        status=verdict((low, high)),
+        speedup=round(ab.speedup, 4), ci_low=round(low, 4), ci_high=round(high, 4),
+        baseline_ms=round(sorted(ab.baseline_ms)[len(ab.baseline_ms) // 2], 4),
+        candidate_ms=round(sorted(ab.candidate_ms)[len(ab.candidate_ms) // 2], 4),
+        samples=len(ab.baseline_ms), note=note, **fields,
+    )
+
+
+class _eager_random_in_compiled_code:
+    """Make compiled code draw random numbers like eager code (dropout), so outputs compare."""
+
+    def __enter__(self):
+        try:
+            import torch._inductor.config as inductor_config
+        except ImportError:
+            self._config = None
+            return self
+        self._config = inductor_config
+        self._saved = inductor_config.fallback_random
+        inductor_config.fallback_random = True
+        return self
+
+    def __exit__(self, *exc):
+        if self._config is not None:
+            self._config.fallback_random = self._saved
+        return False
