@@ -227,9 +227,13 @@ def _fix(sites: list[CopySite], conv_net: bool) -> Fix:
     )
 
 
-@check.fix(tolerance=1e-5, what="drop .contiguous() copies (and channels_last for conv nets)")
+@check.fix(tolerance=1e-4, what="drop .contiguous() copies (and channels_last for conv nets)")
 def fix(target, finding):
-    """A layout-only rewrite: values cannot change, so outputs must match to float rounding."""
+    """A layout-only rewrite: the same math, so results match up to float32 summation order.
+
+    Not bit-exact: channels_last convolutions sum in another order (measured 1.9e-5 of the
+    gradients' magnitude on a ResNet training step), hence 1e-4.
+    """
     import dataclasses
 
     from advisor.verify.rewrites import drop_contiguous

@@ -116,10 +116,10 @@ def test_cli_rules_list_explain_disable_and_extra_folder(tmp_path):
     out = tmp_path / "out"
     audited = subprocess.run(
         [sys.executable, "-m", "advisor", "audit", str(SAMPLES / "host_sync.py"), "--out", str(out), "--quiet",
-         "--rules", str(folder), "--disable", "host-sync", "--fail-on", "low"],
+         "--rules", str(folder), "--disable", "host-sync", "--fail-on", "low", "--no-verify"],
         capture_output=True, text=True, timeout=300)
     assert "step-budget" in audited.stdout and "host-sync" not in audited.stdout
     assert audited.returncode == 1  # the user rule's LOW finding meets --fail-on low
     bad = subprocess.run([sys.executable, "-m", "advisor", "audit", str(SAMPLES / "host_sync.py"), "--out", str(out),
-                          "--set", "host-sync.bogus=1"], capture_output=True, text=True, timeout=120)
+                          "--set", "host-sync.bogus=1", "--no-verify"], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "has no threshold 'bogus'" in bad.stderr and "Traceback" not in bad.stderr

@@ -3,6 +3,11 @@
 Baseline and candidate alternate (A B, then B A, ...) so drift of the machine hits both;
 each pair gives a ratio baseline/candidate; the speedup is the median ratio and its 95%
 interval comes from resampling the pairs (bootstrap of the median).
+
+A model that fits in the CPU caches runs warm in real use, call after call; strict
+alternation would evict each side's weights before every timed call and understate the gain
+(measured: 1.2x reported against 2.5x from a standard harness). So for fast steps each
+timed call is preceded by one untimed call of the same side.
 """
 
 from __future__ import annotations
@@ -60,6 +65,9 @@ def timer_for(device: torch.device) -> Callable[[Callable[[], Any]], float]:
     return host_time
 
 
+WARM_CALL_BELOW_MS = 50.0  # slower steps stream their data anyway: no warm-up call needed
+
+
 def interleave(
     baseline: Callable[[], Any],
     candidate: Callable[[], Any],
@@ -68,7 +76,15 @@ def interleave(
     min_pairs: int = 10,
     max_pairs: int = 300,
 ) -> ABResult:
-    measure = timer_for(device)
+    timed = timer_for(device)
+    first = max(timed(baseline), timed(candidate))
+    warm = first < WARM_CALL_BELOW_MS
+
+    def measure(side: Callable[[], Any]) -> float:
+        if warm:
+            side()
+        return timed(side)
+
     result = ABResult([], [])
     started = time.perf_counter()
     while len(result.baseline_ms) < max_pairs:

@@ -1,0 +1,139 @@
+"""Verification: fixes applied to copies, numerics checked, A/B measured, honest verdicts."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+
+import pytest
+import torch
+
+from advisor.engine import load_rules
+from advisor.rule import Finding, FixSpec
+from advisor.target import load_target
+from advisor.verify.measure import ABResult, verdict
+from advisor.verify.numerics import compare
+from advisor.verify.run import Budget, verify_one
+from conftest import SAMPLES, audit, write_model
+
+FIELDS = {"status", "speedup", "ci_low", "ci_high", "baseline_ms", "candidate_ms", "samples", "max_abs_error",
+          "max_rel_error", "compile_s", "device", "note"}
+
+
+def _spec(slug: str) -> FixSpec:
+    return load_rules().get(slug).fix_spec
+
+
+def _finding(slug: str, **evidence) -> Finding:
+    return Finding(slug=slug, message="test", evidence=evidence)
+
+
+def test_a_fix_that_helps_is_verified_with_exact_numerics(tmp_path):
+    target = load_target(str(SAMPLES / "non_contiguous.py"))
+    result = verify_one(target, [(_finding("non-contiguous", conv_net=True), _spec("non-contiguous"))],
+                        Budget(20), lambda text: None, "test")
+    assert result.status == "verified", result
+    assert result.ci_low > 1.0 and result.speedup >= result.ci_low and result.samples >= 10
+    assert result.max_rel_error <= 1e-5 and result.compile_s is not None
+
+
+def test_autocast_on_a_tiny_launch_bound_model_is_not_verified():
+    target = load_target(str(SAMPLES / "kernel_storm.py"))
+    result = verify_one(target, [(_finding("missing-amp"), _spec("missing-amp"))], Budget(10), lambda t: None, "t")
+    assert result.status in ("no-gain", "slower"), result
+    assert result.ci_low <= 1.0
+
+
+def test_a_deliberately_wrong_fix_is_rejected_on_numerics():
+    target = load_target(str(SAMPLES / "clean_mlp.py"))
+
+    def wrong(t, finding):  # "optimizes" by scaling the weights: a different model
+        changed = copy.deepcopy(t.model)
+        with torch.no_grad():
+            for parameter in changed.parameters():
+                parameter.mul_(1.1)
+        return dataclasses.replace(t, model=changed)
+
+    result = verify_one(target, [(_finding("x"), FixSpec(apply=wrong, tolerance=1e-3))], Budget(5), lambda t: None, "t")
+    assert result.status == "numerics-failed" and result.max_rel_error > 1e-3 and result.speedup is None
+    assert "more than the 0.001 allowed" in result.note
+
+
+def test_a_model_producing_nan_is_never_verified(tmp_path):
+    path = write_model(tmp_path, """
+        import torch
+        class Broken(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.lin = torch.nn.Linear(64, 64)
+            def forward(self, x):
+                return self.lin(x) * float("nan")
+        def get_model(): return Broken()
+        def get_inputs(): return torch.randn(8, 64)
+    """)
+    target = load_target(str(path))
+    result = verify_one(target, [(_finding("missing-amp"), _spec("missing-amp"))], Budget(5), lambda t: None, "t")
+    assert result.status == "not-verifiable-here" and "NaN" in result.note and result.speedup is None
+
+
+def test_training_fixes_compare_loss_and_gradients(tmp_path):
+    target = load_target(str(SAMPLES / "resnet_style.py"))
+    result = verify_one(target, [(_finding("missing-amp"), _spec("missing-amp"))], Budget(8), lambda t: None, "t")
+    assert result.status in ("verified", "no-gain", "slower")
+    assert 0 < result.max_rel_error <= 0.05 and "loss and gradients" in result.note
+
+
+def test_verification_never_touches_the_users_model_or_inputs():
+    target = load_target(str(SAMPLES / "non_contiguous.py"))
+    weights = {k: v.clone() for k, v in target.model.state_dict().items()}
+    inputs = target.inputs.clone()
+    verify_one(target, [(_finding("non-contiguous", conv_net=True), _spec("non-contiguous"))], Budget(3),
+               lambda t: None, "t")
+    assert all(torch.equal(weights[k], v) for k, v in target.model.state_dict().items())
+    assert torch.equal(target.inputs, inputs) and target.inputs.is_contiguous()
+    assert next(target.model.parameters()).is_contiguous()  # not converted to channels_last
+
+
+def test_host_sync_and_pinned_memory_on_cpu_are_expected_not_verified():
+    target = load_target(str(SAMPLES / "host_sync.py"))
+    sync = verify_one(target, [(_finding("host-sync"), _spec("host-sync"))], Budget(5), lambda t: None, "t")
+    assert sync.status == "not-verifiable-here" and "no safe automatic rewrite" in sync.note
+    pin = verify_one(target, [(_finding("dataloader-pin-memory"), _spec("dataloader-pin-memory"))], Budget(5),
+                     lambda t: None, "t")
+    assert pin.status == "not-verifiable-here" and "CUDA" in pin.note
+
+
+def test_bootstrap_interval_and_verdicts():
+    steady = ABResult([10.0 + 0.01 * (i % 7) for i in range(60)], [5.0 + 0.01 * (i % 5) for i in range(60)])
+    low, high = steady.interval()
+    assert low <= steady.speedup <= high and 1.9 < low and high < 2.1
+    assert verdict((1.02, 1.3)) == "verified" and verdict((0.7, 0.95)) == "slower" and verdict((0.9, 1.1)) == "no-gain"
+
+
+def test_numerics_compare_shapes_and_non_finite_baselines():
+    a = [torch.ones(3), torch.zeros(2)]
+    assert compare(a, [torch.ones(3), torch.zeros(2)]).within(0)
+    assert not compare(a, [torch.ones(3)]).structure_matches
+    off = compare([torch.tensor([2.0, -4.0])], [torch.tensor([2.0, -3.0])])
+    assert off.max_abs_error == 1.0 and off.max_rel_error == pytest.approx(0.25)
+    assert not compare([torch.tensor([math.nan])], [torch.tensor([1.0])]).baseline_finite
+
+
+@pytest.mark.slow
+def test_audit_reports_verdicts_combined_speedup_and_budget(tmp_path):
+    result = audit(SAMPLES / "non_contiguous.py", tmp_path / "a", verify=True, budget=20)
+    [finding] = result.report.findings
+    assert finding.verification.status == "verified"
+    assert FIELDS <= set(finding.verification.model_dump())
+    combined = result.report.verification.combined
+    assert combined is not None and combined.status == "verified"
+    from advisor.report.html import render_html
+
+    html = render_html(result.report)
+    assert "All verified fixes together" in html and f"{combined.speedup:.2f}×" in html
+
+    skipped = audit(SAMPLES / "non_contiguous.py", tmp_path / "b", verify=True, budget=0)
+    assert skipped.report.findings[0].verification.status == "skipped"
+    off = audit(SAMPLES / "non_contiguous.py", tmp_path / "c", verify=False)
+    assert off.report.findings[0].verification is None and not off.report.verification.enabled
