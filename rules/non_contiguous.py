@@ -198,9 +198,10 @@ def _feeds_matmul(graph: GraphCapture, nodes: dict[str, GraphNode], start: str) 
 
 
 def _is_conv_net(ev: Evidence) -> bool:
+    """2-D convolutions: the layers channels_last applies to."""
     if ev.graph is not None:
-        return any(n.module_type.startswith("Conv") for n in ev.graph.calls())
-    return ev.trace is not None and any(o.name.startswith("aten::conv") for o in ev.trace.top_ops())
+        return any(n.module_type in ("Conv2d", "ConvTranspose2d") for n in ev.graph.calls())
+    return ev.trace is not None and any(o.name in ("aten::conv2d", "aten::conv_transpose2d") for o in ev.trace.top_ops())
 
 
 def _note(site: CopySite, total_us: float) -> str:
@@ -211,20 +212,23 @@ def _note(site: CopySite, total_us: float) -> str:
 
 
 def _fix(sites: list[CopySite], conv_net: bool) -> Fix:
-    advice = []
-    if conv_net and any(s.nhwc for s in sites):
-        advice.append("run the conv net in channels_last (model.to(memory_format=torch.channels_last) and the "
-                      "same for the input): NHWC data then stays NHWC, and the .contiguous() calls can go")
+    advice, before, after = [], "", ""
     if any(s.feeds_matmul for s in sites):
         advice.append("drop .contiguous() before matmul/linear/bmm: they take transposed operands directly")
+        before = "y = y.transpose(1, 2).contiguous()\nout = self.proj(y)"
+        after = "out = self.proj(y.transpose(1, 2))  # linear reads the strided view"
+    if conv_net and any(s.nhwc for s in sites):
+        advice.insert(0, "run the conv net in channels_last (model.to(memory_format=torch.channels_last) and the "
+                         "same for the input): NHWC data then stays NHWC, and the .contiguous() calls can go")
+        before = "y = y.permute(0, 2, 3, 1).contiguous()\ny = self.norm(y)\ny = y.permute(0, 3, 1, 2).contiguous()"
+        after = ("# model and input in channels_last: these permutes are views\n"
+                 "y = self.norm(y.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)")
     advice.append("produce each layout once and keep it (outside loops and per-layer code)")
-    return Fix(
-        summary="; ".join(advice),
-        before="y = y.permute(0, 2, 3, 1).contiguous()\ny = self.norm(y)\ny = y.permute(0, 3, 1, 2).contiguous()",
-        after="# model and input in channels_last: these permutes are views\n"
-              "y = self.norm(y.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)",
-        docs=["https://pytorch.org/tutorials/intermediate/memory_format_tutorial.html"],
-    )
+    if not before:
+        before = "for block in self.blocks:\n    x = block(x.transpose(1, 2).contiguous())"
+        after = "x = x.transpose(1, 2).contiguous()  # once\nfor block in self.blocks:\n    x = block(x)"
+    return Fix(summary="; ".join(advice), before=before, after=after,
+               docs=["https://pytorch.org/tutorials/intermediate/memory_format_tutorial.html"])
 
 
 @check.fix(tolerance=1e-4, what="drop .contiguous() copies (and channels_last for conv nets)")
