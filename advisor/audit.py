@@ -108,7 +108,7 @@ def _verify(report: Report, run: CaptureRun, spec: dict, options: AuditOptions, 
     requests = [{"index": i, "finding": report.findings[i].model_dump(mode="json")} for i in order]
     verify_spec = {**spec, "verify": requests, "budget_s": options.budget, "rule_dirs": list(options.rule_dirs)}
     timeout = max(options.timeout, options.budget + VERIFY_MARGIN_S)
-    outcome = run_capture(verify_spec, timeout, lambda text: progress(f"verify {text}"), stages=VERIFY_STAGES)
+    outcome = run_capture(verify_spec, timeout, lambda text: progress(f"fixes: {text}"), stages=VERIFY_STAGES)
     text = outcome.result("verify")
     if text is None:
         failure = next(iter(outcome.errors), None)

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import os
-
 from jinja2 import Environment, PackageLoader, select_autoescape
 
 from advisor.report.model import Report
+from advisor.report.paths import short_path
 
 _ENV = Environment(
     loader=PackageLoader("advisor.report", "templates"),
@@ -16,21 +15,13 @@ _ENV = Environment(
 )
 
 
-def _short_path(path: str) -> str:
-    """Show paths relative to the working folder when they are inside it."""
-    if not path or path.startswith("<"):
-        return path
-    relative = os.path.relpath(path) if os.path.isabs(path) else path
-    return path if relative.startswith("..") else relative
-
-
 def _number(value: float | None, digits: int = 3) -> str:
     if value is None:
         return "–"
     return f"{value:.{digits}g}" if abs(value) < 1000 else f"{value:,.0f}"
 
 
-_ENV.filters["short_path"] = _short_path
+_ENV.filters["short_path"] = short_path
 _ENV.filters["num"] = _number
 _ENV.filters["pct"] = lambda v: "–" if v is None else f"{100 * v:.1f}%"
 

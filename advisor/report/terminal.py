@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from advisor.report.model import Report
+from advisor.report.paths import short_path
 from advisor.rule import Verification
 
 _COLOURS = {"high": "red", "medium": "yellow", "low": "cyan", "info": "white"}
@@ -33,7 +34,8 @@ def print_summary(report: Report, written: dict[str, str]) -> None:
         tag = click.style(f"{severity.upper():<6}", fg=_COLOURS.get(severity))
         click.echo(f"  {tag} {finding.code} {finding.slug}: {finding.message}")
         for location in finding.locations[:3]:
-            click.echo(f"         at {location.label()}  {location.code}")
+            place = f"{short_path(location.file)}:{location.line}" if location.file else location.label()
+            click.echo(f"         at {place}  {location.code}")
         if finding.verification is not None:
             click.echo(f"         fix: {describe_verification(finding.verification)}")
     combined = report.verification.combined
