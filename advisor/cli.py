@@ -9,6 +9,7 @@ import traceback
 import click
 
 from advisor import __version__
+from advisor.analyze import AnalyzeOptions, run_analyze
 from advisor.audit import AuditOptions, run_audit
 from advisor.engine import SettingError, load_rules
 from advisor.report.terminal import print_problems, print_summary
@@ -78,10 +79,43 @@ def audit(model_file, out_dir, formats, mode, device, timeout, rule_dirs, settin
         _fail(str(bad), debug)
     except Exception as unexpected:  # noqa: BLE001 - a clear line, not a traceback
         _fail(f"{model_file}: internal error in advisor: {type(unexpected).__name__}: {unexpected}", debug)
-    result.written = write_reports(result.report, out_dir, model_file, chosen)
+    stem = os.path.splitext(os.path.basename(model_file))[0]
+    result.written = write_reports(result.report, out_dir, stem, chosen)
     print_problems(result.report, model_file, debug)
     print_summary(result.report, result.written)
     sys.exit(result.exit_code(fail_on))
+
+
+@cli.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path())
+@click.option("--out", "out_dir", default="reports", show_default=True, help="Folder for the reports.")
+@click.option("--format", "formats", default="html,json", show_default=True, help="Comma-separated: html,json.")
+@click.option("--rules", "rule_dirs", multiple=True, type=click.Path(), help="Extra folder of rule files.")
+@click.option("--set", "settings", multiple=True, metavar="SLUG.THRESHOLD=VALUE", help="Override a threshold.")
+@click.option("--disable", "disabled", multiple=True, metavar="SLUG", help="Turn a rule off.")
+@click.option("--fail-on", type=click.Choice([s.value for s in Severity]), default="high", show_default=True,
+              help="Exit 1 when a finding is at or above this severity.")
+@click.option("--debug", is_flag=True, help="Show tracebacks of failures.")
+def analyze(paths, out_dir, formats, rule_dirs, settings, disabled, fail_on, debug) -> None:
+    """Audit recorded Kineto traces (.json / .json.gz, or a folder of per-rank traces)."""
+    chosen = _formats(formats)
+    options = AnalyzeOptions(paths=tuple(paths), out_dir=out_dir, rule_dirs=tuple(rule_dirs),
+                             settings=tuple(settings), disabled=tuple(disabled))
+    try:
+        result = run_analyze(options)
+    except SettingError as bad:
+        _fail(str(bad), debug)
+    except Exception as unexpected:  # noqa: BLE001
+        _fail(f"{paths[0]}: internal error in advisor: {type(unexpected).__name__}: {unexpected}", debug)
+    for error in result.report.errors:
+        click.echo(f"advisor: {error.message}", err=True)
+    if result.report.errors:
+        sys.exit(EXIT_FAILED)
+    written = write_reports(result.report, out_dir, result.stem, chosen)
+    print_problems(result.report, paths[0], debug)
+    print_summary(result.report, written)
+    threshold = Severity(fail_on).rank
+    sys.exit(1 if result.report.worst_severity_rank() >= threshold else 0)
 
 
 @cli.group(invoke_without_command=True)

@@ -171,6 +171,7 @@ class Evidence(BaseModel):
     trace: Trace | None = None
     data: DataLoaderInfo | None = None
     flops: FlopCount | None = None
+    ranks: list[Trace] = Field(default_factory=list, description="every rank's trace, in an offline analysis")
 
     @property
     def on_cuda(self) -> bool:

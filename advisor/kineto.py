@@ -14,7 +14,7 @@ import gzip
 import json
 import os
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 SOURCE_ANNOTATION = "advisor.src:"
 # Marks a trace recorded with source annotations: there, an op outside every advisor.src span
@@ -113,7 +113,7 @@ class Trace:
     device_properties: list[dict] = field(default_factory=list)
     distributed_info: dict = field(default_factory=dict)
     source_annotated: bool = False
-    _by_tid: dict[int, list[Op]] | None = field(default=None, repr=False, compare=False)
+    _by_tid: dict[int, tuple[list[float], list[Op]]] | None = field(default=None, repr=False, compare=False)
     _children: dict[int, list[int]] | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -147,6 +147,26 @@ class Trace:
         middle = len(totals) // 2
         return totals[middle] if len(totals) % 2 else (totals[middle - 1] + totals[middle]) / 2
 
+    def gpu_gaps(self, span: Span) -> tuple[float, list[tuple[float, float, DeviceEvent | None]]]:
+        """GPU busy µs within ``span`` and its idle gaps (start, end, the activity that ended each gap).
+
+        Counts every kernel, copy and memset running inside the span, whichever step launched
+        it: the GPU runs behind the host, so a step's kernels mostly execute in later spans.
+        """
+        activity = sorted((e for e in (*self.kernels, *self.memcpy) if e.ts < span.end and e.ts + e.dur > span.ts),
+                          key=lambda e: e.ts)
+        busy, gaps, cursor = 0.0, [], span.ts
+        for event in activity:
+            start, end = max(event.ts, span.ts), min(event.ts + event.dur, span.end)
+            if start > cursor:
+                gaps.append((cursor, start, event))
+            if end > cursor:
+                busy += end - max(start, cursor)
+                cursor = end
+        if span.end > cursor:
+            gaps.append((cursor, span.end, None))
+        return busy, gaps
+
     def step_ops(self) -> list[Op]:
         """Ops inside a profiled step (all ops when the trace has no step markers)."""
         if not self.steps:
@@ -154,16 +174,29 @@ class Trace:
         return [o for o in self.ops if o.step is not None]
 
     def enclosing_op(self, tid: int | None, ts: float) -> Op | None:
-        """The innermost CPU op on thread ``tid`` running at ``ts`` (e.g. around a CUDA API call)."""
+        """The innermost CPU op on thread ``tid`` running at ``ts`` (e.g. around a CUDA API call).
+
+        A binary search for the last op starting at or before ``ts``, then up its parents to the
+        first that is still running: ops nest, so that is the innermost one.
+        """
         if self._by_tid is None:
             self._by_tid = {}
             for op in self.ops:
-                self._by_tid.setdefault(op.tid, []).append(op)
-        best = None
-        for op in self._by_tid.get(tid, ()):
-            if op.ts <= ts <= op.ts + op.dur and (best is None or op.depth > best.depth):
-                best = op
-        return best
+                self._by_tid.setdefault(op.tid, ([], []))
+                self._by_tid[op.tid][0].append(op.ts)
+                self._by_tid[op.tid][1].append(op)
+            for starts, ops in self._by_tid.values():
+                order = sorted(range(len(ops)), key=lambda i: (starts[i], -ops[i].dur))
+                starts[:] = [starts[i] for i in order]
+                ops[:] = [ops[i] for i in order]
+        starts, ops = self._by_tid.get(tid, ((), ()))
+        index = bisect.bisect_right(starts, ts) - 1
+        if index < 0:
+            return None
+        op: Op | None = ops[index]
+        while op is not None and not (op.ts <= ts <= op.ts + op.dur):
+            op = self.ops[op.parent] if op.parent is not None else None
+        return op
 
     def children(self, op: Op) -> list[Op]:
         """The ops dispatched directly by ``op``."""
@@ -185,45 +218,149 @@ class Trace:
         return [o for o in self.step_ops() if o.depth == 0]
 
 
-def load_events(path: str) -> dict[str, Any]:
-    """Read and decode the JSON document; errors name the file and what is wrong with it."""
-    if not os.path.exists(path):
-        raise TraceFormatError(f"{path}: no such file")
-    opener = gzip.open if _is_gzip(path) else open
-    try:
-        with opener(path, "rt", encoding="utf-8") as handle:
-            document = json.load(handle)
-    except (EOFError, gzip.BadGzipFile) as broken:
-        raise TraceFormatError(f"{path}: the gzip stream is truncated or corrupt ({broken})") from None
-    except json.JSONDecodeError as broken:
-        raise TraceFormatError(
-            f"{path}: not valid JSON at line {broken.lineno}, column {broken.colno} ({broken.msg});"
-            " the file may be truncated"
-        ) from None
-    except UnicodeDecodeError:
-        raise TraceFormatError(f"{path}: not a text JSON file") from None
-    if isinstance(document, list):
-        document = {"traceEvents": document}
-    if not isinstance(document, dict) or not isinstance(document.get("traceEvents"), list):
-        raise TraceFormatError(f"{path}: no 'traceEvents' list; this is not a Kineto/Chrome trace")
-    return document
-
-
 def _is_gzip(path: str) -> bool:
     with open(path, "rb") as handle:
         return handle.read(2) == b"\x1f\x8b"
 
 
+class _EventStream:
+    """Decode a Kineto JSON document one trace event at a time.
+
+    The top-level object's small members (deviceProperties, distributedInfo, ...) are decoded
+    whole; the ``traceEvents`` array is yielded element by element, so a large trace is never
+    held as one list of dicts. Errors name the file and what is wrong with it.
+    """
+
+    CHUNK = 1 << 20
+
+    def __init__(self, path: str):
+        self.path = path
+        self.members: dict[str, Any] = {}
+        self._decoder = json.JSONDecoder()
+        self._buffer = ""
+        self._pos = 0
+        self._eof = False
+        self._line_base = 1
+        opener = gzip.open if _is_gzip(path) else open
+        self._handle = opener(path, "rt", encoding="utf-8")
+
+    def _fill(self) -> bool:
+        if self._eof:
+            return False
+        try:
+            chunk = self._handle.read(self.CHUNK)
+        except (EOFError, gzip.BadGzipFile, OSError) as broken:
+            raise TraceFormatError(f"{self.path}: the gzip stream is truncated or corrupt ({broken})") from None
+        except UnicodeDecodeError:
+            raise TraceFormatError(f"{self.path}: not a text JSON file") from None
+        if not chunk:
+            self._eof = True
+            return False
+        self._line_base += self._buffer.count("\n", 0, self._pos)
+        self._buffer = self._buffer[self._pos:] + chunk
+        self._pos = 0
+        return True
+
+    def _peek(self) -> str:
+        while True:
+            while self._pos < len(self._buffer) and self._buffer[self._pos] in " \t\r\n":
+                self._pos += 1
+            if self._pos < len(self._buffer):
+                return self._buffer[self._pos]
+            if not self._fill():
+                return ""
+
+    def _expect(self, chars: str) -> str:
+        found = self._peek()
+        if not found or found not in chars:
+            where = "the end of the file (it may be truncated)" if not found else repr(found)
+            raise TraceFormatError(f"{self.path}: expected {' or '.join(map(repr, chars))} at line "
+                                   f"{self._line()}, found {where}")
+        self._pos += 1
+        return found
+
+    def _line(self) -> int:
+        return self._line_base + self._buffer.count("\n", 0, self._pos)
+
+    def _where(self, pos: int) -> tuple[int, int]:
+        line = self._line_base + self._buffer.count("\n", 0, pos)
+        return line, pos - self._buffer.rfind("\n", 0, pos)
+
+    def _value(self) -> Any:
+        self._peek()
+        while True:
+            try:
+                value, end = self._decoder.raw_decode(self._buffer, self._pos)
+            except json.JSONDecodeError as broken:
+                if self._fill():
+                    continue  # the value may run past the buffer: read on, decide at the end
+                if broken.pos >= len(self._buffer) - 1 or "Unterminated" in broken.msg:
+                    raise TraceFormatError(f"{self.path}: the file ends inside a value at line {self._line()}; "
+                                           "it is truncated") from None
+                line, column = self._where(broken.pos)
+                raise TraceFormatError(f"{self.path}: not valid JSON at line {line}, column {column} "
+                                       f"({broken.msg})") from None
+            if end == len(self._buffer) and not self._eof and isinstance(value, (int, float)) and self._fill():
+                continue  # a number may continue in the next chunk
+            self._pos = end
+            return value
+
+    def events(self) -> Iterator[dict]:
+        """Yield the trace events; the other members are in ``members`` once this is exhausted."""
+        try:
+            first = self._peek()
+            if first == "[":  # a bare array of events
+                yield from self._array()
+                return
+            self._expect("{")
+            found_events = False
+            if self._peek() == "}":
+                self._pos += 1
+            else:
+                while True:
+                    key = self._value()
+                    if not isinstance(key, str):
+                        raise TraceFormatError(f"{self.path}: expected a member name at line {self._line()}")
+                    self._expect(":")
+                    if key == "traceEvents":
+                        found_events = True
+                        if self._peek() != "[":
+                            raise TraceFormatError(f"{self.path}: 'traceEvents' is not a list")
+                        yield from self._array()
+                    else:
+                        self.members[key] = self._value()
+                    if self._expect(",}") == "}":
+                        break
+            if not found_events:
+                raise TraceFormatError(f"{self.path}: no 'traceEvents' list; this is not a Kineto/Chrome trace")
+        finally:
+            self._handle.close()
+
+    def _array(self) -> Iterator[dict]:
+        self._expect("[")
+        if self._peek() == "]":
+            self._pos += 1
+            return
+        while True:
+            value = self._value()
+            if isinstance(value, dict):
+                yield value
+            if self._expect(",]") == "]":
+                return
+            if self._pos > self.CHUNK:  # drop what has been decoded
+                self._line_base += self._buffer.count("\n", 0, self._pos)
+                self._buffer = self._buffer[self._pos:]
+                self._pos = 0
+
+
 def parse_trace(path: str) -> Trace:
-    document = load_events(path)
-    trace = Trace(
-        path=path,
-        device_properties=list(document.get("deviceProperties") or []),
-        distributed_info=dict(document.get("distributedInfo") or {}),
-    )
+    if not os.path.exists(path):
+        raise TraceFormatError(f"{path}: no such file")
+    stream = _EventStream(path)
+    trace = Trace(path=path)
     host_events: list[tuple[float, float, int, str, dict]] = []
-    for event in document["traceEvents"]:
-        if not isinstance(event, dict) or event.get("ph") != "X":
+    for event in stream.events():
+        if event.get("ph") != "X":
             continue
         cat = str(event.get("cat") or "")
         name = str(event.get("name") or "")
@@ -247,6 +384,8 @@ def parse_trace(path: str) -> Trace:
             runtime = _device_event(cat, name, ts, dur, args)
             runtime.tid = _tid(event)
             trace.runtime.append(runtime)
+    trace.device_properties = list(stream.members.get("deviceProperties") or [])
+    trace.distributed_info = dict(stream.members.get("distributedInfo") or {})
     trace.steps.sort(key=lambda s: s.ts)
     _nest_host_events(trace, host_events)
     _assign_steps(trace)

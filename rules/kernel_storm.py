@@ -137,19 +137,11 @@ def _gpu(ev: Evidence, trace: Trace, th: Thresholds) -> Iterator[Finding]:
 
 
 def _busy_share(trace: Trace, kernels: list) -> float | None:
-    """Union of kernel intervals over the profiled steps' span."""
+    """GPU busy time over the profiled steps' span (all GPU activity inside the spans)."""
     if not trace.steps:
         return None
-    intervals = sorted((k.ts, k.ts + k.dur) for k in kernels)
-    busy, end = 0.0, float("-inf")
-    for start, stop in intervals:
-        if start > end:
-            busy += stop - start
-            end = stop
-        elif stop > end:
-            busy += stop - end
-            end = stop
     span = sum(s.dur for s in trace.steps)
+    busy = sum(trace.gpu_gaps(step)[0] for step in trace.steps)
     return min(busy / span, 1.0) if span > 0 else None
 
 

@@ -34,8 +34,8 @@ def print_summary(report: Report, written: dict[str, str]) -> None:
         tag = click.style(f"{severity.upper():<6}", fg=_COLOURS.get(severity))
         click.echo(f"  {tag} {finding.code} {finding.slug}: {finding.message}")
         for location in finding.locations[:3]:
-            place = f"{short_path(location.file)}:{location.line}" if location.file else location.label()
-            click.echo(f"         at {place}  {location.code}")
+            place = f"at {short_path(location.file)}:{location.line}" if location.file else location.label()
+            click.echo(f"         {place}  {location.code}".rstrip())
         if finding.verification is not None:
             click.echo(f"         fix: {describe_verification(finding.verification)}")
     combined = report.verification.combined

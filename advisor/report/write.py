@@ -10,9 +10,9 @@ from advisor.report.model import Report
 FORMATS = ("html", "json")
 
 
-def write_reports(report: Report, out_dir: str, model_file: str, formats: tuple[str, ...]) -> dict[str, str]:
+def write_reports(report: Report, out_dir: str, stem: str, formats: tuple[str, ...]) -> dict[str, str]:
+    """Write ``<out_dir>/<stem>.<format>`` for each format."""
     os.makedirs(out_dir, exist_ok=True)
-    stem = os.path.splitext(os.path.basename(model_file))[0]
     written = {}
     for fmt in formats:
         path = os.path.join(out_dir, f"{stem}.{fmt}")

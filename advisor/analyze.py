@@ -1,0 +1,98 @@
+"""Offline audit of recorded Kineto traces: parse, run the rules, report; nothing is executed."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from advisor import __version__
+from advisor.engine import check_disabled, load_rules, parse_settings, run_rules
+from advisor.errors import StageError
+from advisor.evidence import Environment, Evidence, TargetInfo
+from advisor.kineto import Trace, TraceFormatError, parse_trace
+from advisor.report.model import Report, RuleProblemRecord, VerificationSettings
+from advisor.report.summarize import summarize_trace
+
+TRACE_SUFFIXES = (".json", ".json.gz")
+
+
+@dataclass
+class AnalyzeOptions:
+    paths: tuple[str, ...]
+    out_dir: str = "reports"
+    rule_dirs: tuple[str, ...] = ()
+    settings: tuple[str, ...] = ()
+    disabled: tuple[str, ...] = ()
+
+
+@dataclass
+class AnalyzeResult:
+    report: Report
+    evidence: Evidence | None
+    files: list[str] = field(default_factory=list)
+
+    @property
+    def stem(self) -> str:
+        name = os.path.basename(self.files[0]) if self.files else "trace"
+        for suffix in (".json.gz", ".json"):
+            if name.endswith(suffix):
+                return name[: -len(suffix)]
+        return name
+
+
+def trace_files(paths: tuple[str, ...]) -> list[str]:
+    """Files as given; folders expand to their traces (one per rank), in name order."""
+    files = []
+    for path in paths:
+        if os.path.isdir(path):
+            found = sorted(os.path.join(path, n) for n in os.listdir(path) if n.endswith(TRACE_SUFFIXES))
+            if not found:
+                raise TraceFormatError(f"{path}: a folder with no .json or .json.gz trace in it")
+            files.extend(found)
+        elif os.path.isfile(path):
+            files.append(path)
+        else:
+            raise TraceFormatError(f"{path}: no such file or folder")
+    return files
+
+
+def run_analyze(options: AnalyzeOptions) -> AnalyzeResult:
+    """Raises SettingError for bad --set/--disable; a broken trace becomes a report error."""
+    ruleset = load_rules(options.rule_dirs)
+    overrides = parse_settings(ruleset, options.settings)
+    disabled = check_disabled(ruleset, options.disabled)
+    files: list[str] = []
+    try:
+        files = trace_files(options.paths)
+        traces = [parse_trace(path) for path in files]
+    except TraceFormatError as broken:
+        report = Report(advisor_version=__version__, target=TargetInfo(model_file=str(broken).split(":")[0], mode="recorded"),
+                        errors=[StageError(stage="parse", kind="user-code", message=str(broken))],
+                        verification=VerificationSettings(enabled=False))
+        return AnalyzeResult(report=report, evidence=None, files=files or list(options.paths))
+    evidence = evidence_from_traces(traces)
+    findings, problems = run_rules(ruleset, evidence, overrides, disabled)
+    report = Report(
+        advisor_version=__version__, target=evidence.target, environment=evidence.env,
+        trace=summarize_trace(evidence.trace), findings=findings,
+        rule_problems=[RuleProblemRecord(source=p.source, message=p.message) for p in ruleset.problems + problems],
+        verification=VerificationSettings(enabled=False, note="a recorded trace: fixes cannot be run, only advised"),
+    )
+    return AnalyzeResult(report=report, evidence=evidence, files=files)
+
+
+def evidence_from_traces(traces: list[Trace]) -> Evidence:
+    first = traces[0]
+    rank = first.distributed_info.get("rank")
+    target = TargetInfo(
+        model_file=first.path, mode="recorded", device="cuda" if first.has_gpu else "cpu",
+        model_class=f"recorded trace{f' (rank {rank} of {len(traces)})' if len(traces) > 1 else ''}",
+    )
+    env = Environment()
+    if first.device_properties:
+        device = first.device_properties[0]
+        env.device_name = str(device.get("name", ""))
+        if "computeMajor" in device:
+            env.gpu_capability = (int(device["computeMajor"]), int(device.get("computeMinor", 0)))
+        env.gpu_count = len(first.device_properties)
+    return Evidence(target=target, env=env, trace=first, ranks=traces)

@@ -1,0 +1,101 @@
+"""advisor analyze: recorded GPU traces (../shared) through the parser and the trace rules."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+
+import pytest
+
+from advisor.analyze import AnalyzeOptions, evidence_from_traces, run_analyze
+from advisor.engine import load_rules, run_rules
+from advisor.kineto import TraceFormatError, parse_trace
+from conftest import shared_trace
+
+CUDA_SLUGS = {"pageable-memcpy", "sync-memcpy", "host-sync"}
+
+
+def _findings(relative: str) -> dict:
+    evidence = evidence_from_traces([parse_trace(str(shared_trace(relative)))])
+    findings, problems = run_rules(load_rules(), evidence)
+    assert problems == []
+    return {f.slug: f for f in findings}
+
+
+def test_alexnet_pageable_and_blocking_copies_are_counted():
+    found = _findings("critical_path/alexnet/benchmark_result_2869224_1695835535_trace.json.gz")
+    assert found["pageable-memcpy"].evidence["copies_per_step"] == 16
+    assert found["pageable-memcpy"].evidence["directions"] == ["host to device"]
+    assert found["sync-memcpy"].evidence["blocking_copies_per_step"] == 16  # cudaMemcpyAsync + stream sync in aten::to
+    assert found["sync-memcpy"].locations[0].function == "aten::to"
+    assert "in the trace" in found["sync-memcpy"].message  # no ProfilerStep markers: no per-step claim
+
+
+def test_sampled_transformer_trace_pageable_copies_both_ways():
+    found = _findings("timeline_analysis/sampled_rank-0.json.gz")
+    pageable = found["pageable-memcpy"]
+    assert pageable.evidence["copies_per_step"] == 12  # 16 HtoD + 8 DtoH pageable over 2 steps
+    assert pageable.evidence["directions"] == ["device to host", "host to device"]
+
+
+def test_gpu_idle_split_on_a_real_ddp_trace():
+    idle = _findings("nccl_parser_config/nccl_data.json.gz")["gpu-idle"]
+    assert 0.7 < idle.evidence["idle_share"] < 0.8  # 222 ms steps, ~55 ms of GPU work
+    assert idle.evidence["host_wait_share"] > 0.9 * idle.evidence["idle_share"]
+
+
+def test_a_busy_gpu_is_not_idle_nor_a_storm():
+    found = _findings("ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz")
+    assert "gpu-idle" not in found and "kernel-storm" not in found
+
+
+def test_amd_trace_gets_no_cuda_specific_findings_and_triton_kernel_is_linked():
+    found = _findings("amd_trace/mi250_minitoy_train_ROCm6_2_kineto.json.gz")
+    assert "pageable-memcpy" not in found  # "Host -> Device" copies of ROCm are not CUDA pageable copies
+    assert all("cuda" not in loc.label().lower() for f in found.values() for loc in f.locations)
+    triton = parse_trace(str(shared_trace("triton_example/triton_example.json.gz")))
+    [kernel] = triton.kernels
+    assert kernel.step == 0  # linked to its cuLaunchKernel inside ProfilerStep#0 by correlation
+
+
+def test_folder_of_ranks_and_the_cli(tmp_path):
+    ranks = tmp_path / "ranks"
+    ranks.mkdir()
+    source = shared_trace("critical_path/cuda_event_sync/event_sync_trace.json.gz").read_bytes()
+    for rank in (0, 1):
+        (ranks / f"rank-{rank}.json.gz").write_bytes(source)
+    result = run_analyze(AnalyzeOptions(paths=(str(ranks),), out_dir=str(tmp_path / "out")))
+    assert len(result.evidence.ranks) == 2 and result.stem == "rank-0"
+    completed = subprocess.run([sys.executable, "-m", "advisor", "analyze", str(ranks), "--out", str(tmp_path / "out"),
+                                "--fail-on", "high"], capture_output=True, text=True, timeout=120)
+    assert completed.returncode == 1 and (tmp_path / "out" / "rank-0.html").exists()  # gpu-idle is high there
+    assert "gpu-idle" in completed.stdout
+
+
+def test_cli_names_a_broken_trace_and_exits_2(tmp_path):
+    broken = tmp_path / "cut.json.gz"
+    broken.write_bytes(gzip.compress(json.dumps({"traceEvents": [{"ph": "X", "ts": 1}] * 50}).encode())[:-30])
+    completed = subprocess.run([sys.executable, "-m", "advisor", "analyze", str(broken), "--out", str(tmp_path)],
+                               capture_output=True, text=True, timeout=120)
+    assert completed.returncode == 2 and f"{broken}:" in completed.stderr and "Traceback" not in completed.stderr
+
+
+def test_truncated_plain_json_is_named_truncated(tmp_path):
+    path = tmp_path / "t.json"
+    path.write_text('{"traceEvents": [{"ph": "X", "name": "a", "ts": 1, "dur": 2}, {"ph": "X", "na')
+    with pytest.raises(TraceFormatError, match=r"t\.json: the file ends inside a value .* truncated"):
+        parse_trace(str(path))
+
+
+def test_streaming_reads_members_after_the_events_and_a_bare_array(tmp_path):
+    events = [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": i, "dur": 0.5, "tid": 1} for i in range(3000)]
+    late = tmp_path / "late.json"
+    late.write_text(json.dumps({"traceEvents": events, "deviceProperties": [{"name": "X"}],
+                                "distributedInfo": {"rank": 3}}))
+    trace = parse_trace(str(late))
+    assert len(trace.ops) == 3000 and trace.distributed_info == {"rank": 3}
+    bare = tmp_path / "bare.json"
+    bare.write_text(json.dumps(events[:10]))
+    assert len(parse_trace(str(bare)).ops) == 10
