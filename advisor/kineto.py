@@ -13,6 +13,7 @@ import bisect
 import gzip
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator
 
@@ -30,6 +31,10 @@ STEP_PREFIX = "ProfilerStep#"
 # Path fragments that mark a Python frame as library code rather than the user's.
 LIBRARY_MARKERS = ("site-packages/", "dist-packages/", "torch/", "<built-in", "<frozen", "python3.",
                    "advisor/capture/", "advisor/target.py")  # advisor's own step runner, when not installed
+
+
+HOST_CATEGORIES = frozenset({"cpu_op", "user_annotation", "python_function"})
+_NO_ARGS: dict = {}
 
 
 class TraceFormatError(ValueError):
@@ -57,10 +62,10 @@ class Op:
     index: int = -1  # its own position in Trace.ops
     src: SourceRef | None = None
     call: int | None = None  # index into Trace.calls of the annotated user call that ran it
-    input_dims: list = field(default_factory=list)
-    input_types: list = field(default_factory=list)
-    input_strides: list = field(default_factory=list)
-    concrete_inputs: list = field(default_factory=list)  # scalar arguments as text ("False", "[1, 2]")
+    input_dims: list | tuple = ()
+    input_types: list | tuple = ()
+    input_strides: list | tuple = ()
+    concrete_inputs: list | tuple = ()  # scalar arguments as text ("False", "[1, 2]")
 
 
 @dataclass(slots=True)
@@ -87,7 +92,8 @@ class DeviceEvent:
     correlation: int | None = None
     step: int | None = None
     tid: int | None = None  # host thread, for runtime calls
-    args: dict = field(default_factory=dict)
+    bytes: int = 0  # copies and memsets
+    args: dict = field(default_factory=dict)  # kept only for collectives (their NCCL metadata)
 
 
 @dataclass(slots=True)
@@ -115,6 +121,9 @@ class Trace:
     source_annotated: bool = False
     _by_tid: dict[int, tuple[list[float], list[Op]]] | None = field(default=None, repr=False, compare=False)
     _children: dict[int, list[int]] | None = field(default=None, repr=False, compare=False)
+    _activity: list[DeviceEvent] | None = field(default=None, repr=False, compare=False)
+    _activity_starts: list[float] = field(default_factory=list, repr=False, compare=False)
+    _longest_activity: float = field(default=0.0, repr=False, compare=False)
 
     @property
     def has_gpu(self) -> bool:
@@ -153,10 +162,16 @@ class Trace:
         Counts every kernel, copy and memset running inside the span, whichever step launched
         it: the GPU runs behind the host, so a step's kernels mostly execute in later spans.
         """
-        activity = sorted((e for e in (*self.kernels, *self.memcpy) if e.ts < span.end and e.ts + e.dur > span.ts),
-                          key=lambda e: e.ts)
+        if self._activity is None:
+            self._activity = sorted((*self.kernels, *self.memcpy), key=lambda e: e.ts)
+            self._activity_starts = [e.ts for e in self._activity]
+            self._longest_activity = max((e.dur for e in self._activity), default=0.0)
+        first = bisect.bisect_left(self._activity_starts, span.ts - self._longest_activity)
+        last = bisect.bisect_left(self._activity_starts, span.end)
         busy, gaps, cursor = 0.0, [], span.ts
-        for event in activity:
+        for event in self._activity[first:last]:
+            if event.ts + event.dur <= span.ts:
+                continue
             start, end = max(event.ts, span.ts), min(event.ts + event.dur, span.end)
             if start > cursor:
                 gaps.append((cursor, start, event))
@@ -221,6 +236,9 @@ class Trace:
 def _is_gzip(path: str) -> bool:
     with open(path, "rb") as handle:
         return handle.read(2) == b"\x1f\x8b"
+
+
+_EVENT_BOUNDARY = re.compile(r"\}\s*,\s*(?=\{)")
 
 
 class _EventStream:
@@ -336,12 +354,36 @@ class _EventStream:
         finally:
             self._handle.close()
 
+    def _batch(self) -> list[dict]:
+        """Decode many whole events with one C-level json.loads, up to the last "},{" in the buffer.
+
+        A boundary that falls inside a string makes that parse fail; then nothing is taken and
+        the events are decoded one by one, so the shortcut never changes the result.
+        """
+        if self._buffer[self._pos:self._pos + 1] != "{" or len(self._buffer) - self._pos < self.CHUNK // 4:
+            self._peek()
+            if not self._eof and len(self._buffer) - self._pos < self.CHUNK // 4:
+                self._fill()
+        match = None
+        for match in _EVENT_BOUNDARY.finditer(self._buffer, max(self._pos, len(self._buffer) - 65536)):
+            pass
+        if match is None or match.start() <= self._pos:
+            return []
+        try:
+            events = json.loads("[" + self._buffer[self._pos:match.start() + 1] + "]")
+        except json.JSONDecodeError:
+            return []
+        self._pos = match.start() + 1
+        self._expect(",")
+        return [e for e in events if isinstance(e, dict)]
+
     def _array(self) -> Iterator[dict]:
         self._expect("[")
         if self._peek() == "]":
             self._pos += 1
             return
         while True:
+            yield from self._batch()
             value = self._value()
             if isinstance(value, dict):
                 yield value
@@ -358,32 +400,41 @@ def parse_trace(path: str) -> Trace:
         raise TraceFormatError(f"{path}: no such file")
     stream = _EventStream(path)
     trace = Trace(path=path)
-    host_events: list[tuple[float, float, int, str, dict]] = []
+    host_events: list[tuple[float, float, int, str, str, dict]] = []
     for event in stream.events():
         if event.get("ph") != "X":
             continue
-        cat = str(event.get("cat") or "")
-        name = str(event.get("name") or "")
-        try:
-            ts = float(event["ts"])
-            dur = float(event.get("dur") or 0.0)
-        except (KeyError, TypeError, ValueError):
-            continue
-        args = event.get("args") or {}
-        if name.startswith(STEP_PREFIX) and cat in ("user_annotation", "cpu_op", "cpu_instant_event"):
-            trace.steps.append(Span(name, ts, dur))
-        elif name == ANNOTATED_MARKER:
-            trace.source_annotated = True
-        elif cat in ("cpu_op", "user_annotation", "python_function"):
-            host_events.append((ts, dur, _tid(event), cat, {"name": name, "args": args}))
+        ts = event.get("ts")
+        if not isinstance(ts, (int, float)):
+            try:
+                ts = float(ts)
+            except (TypeError, ValueError):
+                continue
+        dur = event.get("dur") or 0.0
+        if not isinstance(dur, (int, float)):
+            try:
+                dur = float(dur)
+            except (TypeError, ValueError):
+                dur = 0.0
+        cat = event.get("cat") or ""
+        name = event.get("name") or ""
+        if cat in HOST_CATEGORIES:
+            if name.startswith(STEP_PREFIX):
+                trace.steps.append(Span(name, ts, dur))
+            elif name == ANNOTATED_MARKER:
+                trace.source_annotated = True
+            else:
+                host_events.append((ts, dur, _tid(event), cat, name, event.get("args") or _NO_ARGS))
         elif cat == "kernel":
-            trace.kernels.append(_device_event(cat, name, ts, dur, args))
-        elif cat in ("gpu_memcpy", "gpu_memset"):
-            trace.memcpy.append(_device_event(cat, name, ts, dur, args))
-        elif cat in ("cuda_runtime", "cuda_driver"):
-            runtime = _device_event(cat, name, ts, dur, args)
+            trace.kernels.append(_device_event(cat, name, ts, dur, event.get("args") or _NO_ARGS))
+        elif cat == "gpu_memcpy" or cat == "gpu_memset":
+            trace.memcpy.append(_device_event(cat, name, ts, dur, event.get("args") or _NO_ARGS))
+        elif cat == "cuda_runtime" or cat == "cuda_driver":
+            runtime = _device_event(cat, name, ts, dur, event.get("args") or _NO_ARGS)
             runtime.tid = _tid(event)
             trace.runtime.append(runtime)
+        elif name.startswith(STEP_PREFIX) and cat == "cpu_instant_event":
+            trace.steps.append(Span(name, ts, dur))
     trace.device_properties = list(stream.members.get("deviceProperties") or [])
     trace.distributed_info = dict(stream.members.get("distributedInfo") or {})
     trace.steps.sort(key=lambda s: s.ts)
@@ -403,29 +454,33 @@ def _tid(event: dict) -> int:
 def _device_event(cat: str, name: str, ts: float, dur: float, args: dict) -> DeviceEvent:
     correlation = args.get("correlation")
     stream = args.get("stream")
-    return DeviceEvent(
-        cat=cat, name=name, ts=ts, dur=dur,
-        stream=int(stream) if isinstance(stream, (int, float)) else None,
-        correlation=int(correlation) if isinstance(correlation, (int, float)) else None,
-        args=args,
+    event = DeviceEvent(
+        cat, name, ts, dur,
+        int(stream) if isinstance(stream, (int, float)) else None,
+        int(correlation) if isinstance(correlation, (int, float)) else None,
     )
+    size = args.get("bytes")
+    if isinstance(size, (int, float)):
+        event.bytes = int(size)
+    if "Collective name" in args:
+        event.args = args  # collectives keep their metadata; other events' args are not needed
+    return event
 
 
-def _nest_host_events(trace: Trace, host_events: list[tuple[float, float, int, str, dict]]) -> None:
+def _nest_host_events(trace: Trace, host_events: list[tuple[float, float, int, str, str, dict]]) -> None:
     """Walk each thread's events in time order with a stack: parents, self times, sources."""
     host_events.sort(key=lambda e: (e[2], e[0], -e[1]))
     stack: list[tuple[float, str, Any]] = []  # (end, kind, payload)
     current_tid = None
-    for ts, dur, tid, cat, payload in host_events:
+    for ts, dur, tid, cat, name, args in host_events:
         if tid != current_tid:
             stack.clear()
             current_tid = tid
         end = ts + dur
         while stack and stack[-1][0] <= ts:
             stack.pop()
-        name = payload["name"]
         if cat == "cpu_op":
-            op = _make_op(name, ts, dur, tid, payload["args"])
+            op = _make_op(name, ts, dur, tid, args)
             op.index = len(trace.ops)
             _attach_to_context(trace, op, stack)
             trace.ops.append(op)
@@ -442,13 +497,13 @@ def _nest_host_events(trace: Trace, host_events: list[tuple[float, float, int, s
 
 
 def _make_op(name: str, ts: float, dur: float, tid: int, args: dict) -> Op:
-    return Op(
-        name=name, ts=ts, dur=dur, tid=tid, self_dur=dur,
-        input_dims=args.get("Input Dims") or [],
-        input_types=args.get("Input type") or [],
-        input_strides=args.get("Input Strides") or [],
-        concrete_inputs=args.get("Concrete Inputs") or [],
-    )
+    op = Op(name, ts, dur, tid, dur)
+    if "Input Dims" in args:
+        op.input_dims = args["Input Dims"] or ()
+        op.input_types = args.get("Input type") or ()
+        op.input_strides = args.get("Input Strides") or ()
+        op.concrete_inputs = args.get("Concrete Inputs") or ()
+    return op
 
 
 def _attach_to_context(trace: Trace, op: Op, stack: list[tuple[float, str, Any]]) -> None:

@@ -116,6 +116,7 @@ def _gpu(ev: Evidence, trace: Trace, th: Thresholds) -> Iterator[Finding]:
     if busy is not None and busy >= th.max_gpu_busy:
         return  # the GPU is kept busy: small kernels, but not launch-bound
     busy_text = f", GPU busy {busy:.0%} of the step" if busy is not None else ""
+    launch = _launch_stats(trace, kernels)
     unit = "per step" if trace.steps else "in the trace"
     yield Finding(
         severity=Severity.HIGH if (busy is not None and busy < th.max_gpu_busy / 2) else Severity.MEDIUM,
@@ -130,10 +131,25 @@ def _gpu(ev: Evidence, trace: Trace, th: Thresholds) -> Iterator[Finding]:
             "kernel_us_p50": round(_quantile(durations, 0.5), 3),
             "kernel_us_p90": round(_quantile(durations, 0.9), 3),
             **({"gpu_busy_share": round(busy, 4)} if busy is not None else {}),
+            **launch,
         },
         locations=_emitting_lines(trace, trace.top_ops()),
         fix=_fix(ev, trace),
     )
+
+
+def _launch_stats(trace: Trace, kernels: list) -> dict:
+    """Launch delay (launch call to kernel start) and how often launching took longer than running."""
+    launches = {r.correlation: r for r in trace.runtime if r.correlation is not None}
+    pairs = [(launches[k.correlation], k) for k in kernels if k.correlation in launches]
+    if not pairs:
+        return {}
+    delays = sorted(k.ts - r.ts for r, k in pairs)
+    return {
+        "launch_delay_us_p50": round(_quantile(delays, 0.5), 3),
+        "launch_delay_us_p90": round(_quantile(delays, 0.9), 3),
+        "launch_slower_than_kernel_share": round(sum(1 for r, k in pairs if r.dur >= k.dur) / len(pairs), 4),
+    }
 
 
 def _busy_share(trace: Trace, kernels: list) -> float | None:

@@ -65,7 +65,7 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
             key = ("", 0, trace.outermost(op).name if op is not None else copy.name)
         by_place[key].append(copy)
     ms_per_step = trace.median_per_step(copies) / 1000 if trace.steps else sum(c.dur for c in copies) / 1000
-    total_bytes = sum(int(c.args.get("bytes", 0) or 0) for c in copies)
+    total_bytes = sum(c.bytes for c in copies)
     share = ev.share_of_step(ms_per_step * 1000)
     unit = "per step" if trace.steps else "in the trace"
     directions = sorted({"host to device" if "HtoD" in c.name else "device to host" for c in copies})

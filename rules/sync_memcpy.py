@@ -58,6 +58,8 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
             if op is not None:
                 syncs_by_op[op.index].append(call)
     for call in in_step:
+        if call.name not in BLOCKING_COPIES and call.name not in ASYNC_COPIES:
+            continue
         op = trace.enclosing_op(call.tid, call.ts)
         if call.name in BLOCKING_COPIES:
             blocking.append((call, op, call.dur))

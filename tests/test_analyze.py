@@ -99,3 +99,47 @@ def test_streaming_reads_members_after_the_events_and_a_bare_array(tmp_path):
     bare = tmp_path / "bare.json"
     bare.write_text(json.dumps(events[:10]))
     assert len(parse_trace(str(bare)).ops) == 10
+
+
+def test_exposed_communication_on_real_ddp_traces():
+    ddp = _findings("nccl_parser_config/nccl_data.json.gz")["comm-overlap"]
+    assert 15 < ddp.evidence["comm_ms_per_step"] < 16.5  # 21 collectives over 3 steps
+    assert ddp.evidence["overlapped_share"] < 0.25 and ddp.severity.value == "medium"
+    assert "comm-overlap" not in _findings("ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz")
+
+
+def test_fusion_candidates_name_the_op_and_its_kernels():
+    fusion = _findings("with_gpu_user_annotation/step_based_trace_2543932.json.gz")["fusion-candidates"]
+    assert "aten::linear launching 2 kernels" in fusion.message and fusion.locations[0].function == "aten::linear"
+
+
+def test_kernel_storm_reports_launch_delays_on_a_launch_bound_trace():
+    storm = _findings("with_gpu_user_annotation/step_based_trace_2543932.json.gz")["kernel-storm"]
+    assert storm.evidence["launch_delay_us_p90"] >= storm.evidence["launch_delay_us_p50"] > 0
+    assert 0 < storm.evidence["launch_slower_than_kernel_share"] <= 1
+
+
+def _ranks_with_delay(tmp_path, delay_us: float):
+    source = json.load(gzip.open(shared_trace("nccl_parser_config/nccl_data.json.gz")))
+    collective = {e["args"]["correlation"] for e in source["traceEvents"]
+                  if e.get("cat") == "kernel" and "nccl" in e.get("name", "").lower()}
+    folder = tmp_path / f"ranks-{int(delay_us)}"
+    folder.mkdir()
+    for rank in (0, 1):
+        document = json.loads(json.dumps(source))
+        document["distributedInfo"]["rank"] = rank
+        if rank == 1:
+            for event in document["traceEvents"]:
+                if event.get("cat") == "cuda_runtime" and event.get("args", {}).get("correlation") in collective:
+                    event["ts"] += delay_us
+        (folder / f"rank-{rank}.json").write_text(json.dumps(document))
+    return folder
+
+
+def test_a_rank_launching_collectives_late_is_the_straggler(tmp_path):
+    result = run_analyze(AnalyzeOptions(paths=(str(_ranks_with_delay(tmp_path, 5000)),), out_dir=str(tmp_path / "o")))
+    [straggler] = [f for f in result.report.findings if f.slug == "straggler"]
+    assert straggler.evidence["straggler"] == "rank 1" and 4.9 < straggler.evidence["late_ms"] < 5.1
+    assert straggler.evidence["collectives_compared"] == 21
+    even = run_analyze(AnalyzeOptions(paths=(str(_ranks_with_delay(tmp_path, 0)),), out_dir=str(tmp_path / "p")))
+    assert not [f for f in even.report.findings if f.slug == "straggler"]

@@ -1,0 +1,106 @@
+"""A rank that reaches its collectives late, making every other rank wait.
+
+What it detects:
+    Across the per-rank traces of one run (``advisor analyze FOLDER``), the launch of each
+    collective kernel measured from the start of its own rank's profiled step (so the ranks'
+    clocks need not agree), the k-th collective of step s compared across ranks. A rank whose
+    median lateness against the other ranks is at least ``min_late_ms`` and ``min_late_share``
+    of the step is a straggler.
+
+Why it matters:
+    A collective finishes only when every rank has joined it: one slow rank (more data, a
+    slower GPU, a noisy neighbour, an extra sync) sets the pace for all of them, and its delay
+    shows up in the others' traces as time inside NCCL kernels.
+
+How to fix:
+    Find what the straggler does differently before the collective: uneven batches or
+    sequence lengths (balance or bucket them), extra host work or syncs on that rank (logging
+    and checkpoints only on rank 0, off the critical path), or a slower device or link.
+
+Example:
+    Before::
+
+        if rank == 0:
+            log_metrics(loss.item())          # rank 0 syncs and logs inside the step
+
+    After::
+
+        if rank == 0 and step % 100 == 0:
+            log_metrics(loss.item())
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Iterator
+
+from advisor.evidence import Evidence
+from advisor.kineto import Trace
+from advisor.rule import Finding, Fix, Layer, Severity, Threshold, Thresholds, rule
+
+
+def _collective(name: str) -> bool:
+    lowered = name.lower()
+    return "nccl" in lowered or "rccl" in lowered
+
+
+@rule(
+    slug="straggler",
+    code="ADV112",
+    layer=Layer.APPLICATION,
+    severity=Severity.HIGH,
+    thresholds={
+        "min_late_ms": Threshold(1.0, "median lateness of a rank's collective launches", "ms"),
+        "min_late_share": Threshold(0.02, "that lateness as a share of the step"),
+    },
+)
+def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
+    if len(ev.ranks) < 2:
+        return
+    offsets = [launch_offsets(trace) for trace in ev.ranks]
+    if not all(offsets):
+        return
+    keys = set.intersection(*(set(o) for o in offsets))
+    if not keys:
+        return
+    lateness = []  # per rank: median over collectives of (offset - median offset of the other ranks)
+    for rank, mine in enumerate(offsets):
+        gaps = [mine[k] - statistics.median(o[k] for j, o in enumerate(offsets) if j != rank) for k in keys]
+        lateness.append(statistics.median(gaps))
+    step_us = statistics.mean(t.mean_step_us() for t in ev.ranks)
+    worst = max(range(len(lateness)), key=lambda r: lateness[r])
+    late_us = lateness[worst]
+    if late_us < th.min_late_ms * 1000 or late_us < th.min_late_share * step_us:
+        return
+    name = _rank_name(ev.ranks[worst], worst)
+    yield Finding(
+        message=(f"{name} launches its collectives {late_us / 1000:.3g} ms later than the other ranks (median over "
+                 f"{len(keys)} collectives), {late_us / step_us:.0%} of a step that every other rank spends waiting"),
+        impact=late_us / step_us,
+        evidence={"straggler": name, "late_ms": round(late_us / 1000, 4), "ranks": len(ev.ranks),
+                  "collectives_compared": len(keys),
+                  "lateness_ms_by_rank": [round(x / 1000, 4) for x in lateness]},
+        fix=Fix(summary=f"look at what {name} does before its collectives: uneven inputs, extra host work or syncs, "
+                        "a slower device or link",
+                before="if rank == 0:\n    log_metrics(loss.item())",
+                after="if rank == 0 and step % 100 == 0:\n    log_metrics(loss.item())",
+                docs=["https://pytorch.org/docs/stable/notes/ddp.html"]),
+    )
+
+
+def launch_offsets(trace: Trace) -> dict[tuple[int, int], float]:
+    """(step, k) -> µs from the step's start to the launch of its k-th collective kernel."""
+    launches = {r.correlation: r for r in trace.runtime if r.correlation is not None}
+    per_step: dict[int, list[float]] = {}
+    for kernel in trace.kernels:
+        if kernel.step is None or not _collective(kernel.name):
+            continue
+        launch = launches.get(kernel.correlation)
+        if launch is not None:
+            per_step.setdefault(kernel.step, []).append(launch.ts - trace.steps[kernel.step].ts)
+    return {(step, k): offset for step, found in per_step.items() for k, offset in enumerate(sorted(found))}
+
+
+def _rank_name(trace: Trace, position: int) -> str:
+    rank = trace.distributed_info.get("rank")
+    return f"rank {rank}" if rank is not None else f"trace {position} ({trace.path})"
