@@ -10,12 +10,11 @@ innermost Python frame outside the libraries (which names the function, not the 
 from __future__ import annotations
 
 import bisect
-import gzip
-import json
 import os
-import re
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable
+
+from advisor.trace_stream import EventStream, TraceFormatError
 
 SOURCE_ANNOTATION = "advisor.src:"
 # Marks a trace recorded with source annotations: there, an op outside every advisor.src span
@@ -35,10 +34,6 @@ LIBRARY_MARKERS = ("site-packages/", "dist-packages/", "torch/", "<built-in", "<
 
 HOST_CATEGORIES = frozenset({"cpu_op", "user_annotation", "python_function"})
 _NO_ARGS: dict = {}
-
-
-class TraceFormatError(ValueError):
-    """The file is not a readable Kineto trace; the message names the file and the problem."""
 
 
 @dataclass(slots=True)
@@ -122,6 +117,7 @@ class Trace:
     _by_tid: dict[int, tuple[list[float], list[Op]]] | None = field(default=None, repr=False, compare=False)
     _children: dict[int, list[int]] | None = field(default=None, repr=False, compare=False)
     _activity: list[DeviceEvent] | None = field(default=None, repr=False, compare=False)
+    _launches: dict[int, DeviceEvent] | None = field(default=None, repr=False, compare=False)
     _activity_starts: list[float] = field(default_factory=list, repr=False, compare=False)
     _longest_activity: float = field(default=0.0, repr=False, compare=False)
 
@@ -213,6 +209,26 @@ class Trace:
             op = self.ops[op.parent] if op.parent is not None else None
         return op
 
+    def launch_of(self, event: DeviceEvent) -> DeviceEvent | None:
+        """The runtime call (cudaLaunchKernel, cudaMemcpyAsync, ...) that issued a GPU event."""
+        if self._launches is None:
+            self._launches = {r.correlation: r for r in self.runtime if r.correlation is not None}
+        return self._launches.get(event.correlation)
+
+    def launching_op(self, event: DeviceEvent) -> Op | None:
+        """The innermost CPU op that issued a GPU event (through its runtime call)."""
+        launch = self.launch_of(event)
+        return self.enclosing_op(launch.tid, launch.ts) if launch is not None else None
+
+    def place(self, op: Op | None, fallback: str = "") -> tuple[str, int, str]:
+        """Where to point a user: (file, line, framework op) — file and line empty when unknown."""
+        if op is None:
+            return "", 0, fallback
+        name = self.outermost(op).name
+        if op.src is not None:
+            return op.src.file, op.src.line, name
+        return "", 0, name
+
     def children(self, op: Op) -> list[Op]:
         """The ops dispatched directly by ``op``."""
         if self._children is None:
@@ -233,172 +249,10 @@ class Trace:
         return [o for o in self.step_ops() if o.depth == 0]
 
 
-def _is_gzip(path: str) -> bool:
-    with open(path, "rb") as handle:
-        return handle.read(2) == b"\x1f\x8b"
-
-
-_EVENT_BOUNDARY = re.compile(r"\}\s*,\s*(?=\{)")
-
-
-class _EventStream:
-    """Decode a Kineto JSON document one trace event at a time.
-
-    The top-level object's small members (deviceProperties, distributedInfo, ...) are decoded
-    whole; the ``traceEvents`` array is yielded element by element, so a large trace is never
-    held as one list of dicts. Errors name the file and what is wrong with it.
-    """
-
-    CHUNK = 1 << 20
-
-    def __init__(self, path: str):
-        self.path = path
-        self.members: dict[str, Any] = {}
-        self._decoder = json.JSONDecoder()
-        self._buffer = ""
-        self._pos = 0
-        self._eof = False
-        self._line_base = 1
-        opener = gzip.open if _is_gzip(path) else open
-        self._handle = opener(path, "rt", encoding="utf-8")
-
-    def _fill(self) -> bool:
-        if self._eof:
-            return False
-        try:
-            chunk = self._handle.read(self.CHUNK)
-        except (EOFError, gzip.BadGzipFile, OSError) as broken:
-            raise TraceFormatError(f"{self.path}: the gzip stream is truncated or corrupt ({broken})") from None
-        except UnicodeDecodeError:
-            raise TraceFormatError(f"{self.path}: not a text JSON file") from None
-        if not chunk:
-            self._eof = True
-            return False
-        self._line_base += self._buffer.count("\n", 0, self._pos)
-        self._buffer = self._buffer[self._pos:] + chunk
-        self._pos = 0
-        return True
-
-    def _peek(self) -> str:
-        while True:
-            while self._pos < len(self._buffer) and self._buffer[self._pos] in " \t\r\n":
-                self._pos += 1
-            if self._pos < len(self._buffer):
-                return self._buffer[self._pos]
-            if not self._fill():
-                return ""
-
-    def _expect(self, chars: str) -> str:
-        found = self._peek()
-        if not found or found not in chars:
-            where = "the end of the file (it may be truncated)" if not found else repr(found)
-            raise TraceFormatError(f"{self.path}: expected {' or '.join(map(repr, chars))} at line "
-                                   f"{self._line()}, found {where}")
-        self._pos += 1
-        return found
-
-    def _line(self) -> int:
-        return self._line_base + self._buffer.count("\n", 0, self._pos)
-
-    def _where(self, pos: int) -> tuple[int, int]:
-        line = self._line_base + self._buffer.count("\n", 0, pos)
-        return line, pos - self._buffer.rfind("\n", 0, pos)
-
-    def _value(self) -> Any:
-        self._peek()
-        while True:
-            try:
-                value, end = self._decoder.raw_decode(self._buffer, self._pos)
-            except json.JSONDecodeError as broken:
-                if self._fill():
-                    continue  # the value may run past the buffer: read on, decide at the end
-                if broken.pos >= len(self._buffer) - 1 or "Unterminated" in broken.msg:
-                    raise TraceFormatError(f"{self.path}: the file ends inside a value at line {self._line()}; "
-                                           "it is truncated") from None
-                line, column = self._where(broken.pos)
-                raise TraceFormatError(f"{self.path}: not valid JSON at line {line}, column {column} "
-                                       f"({broken.msg})") from None
-            if end == len(self._buffer) and not self._eof and isinstance(value, (int, float)) and self._fill():
-                continue  # a number may continue in the next chunk
-            self._pos = end
-            return value
-
-    def events(self) -> Iterator[dict]:
-        """Yield the trace events; the other members are in ``members`` once this is exhausted."""
-        try:
-            first = self._peek()
-            if first == "[":  # a bare array of events
-                yield from self._array()
-                return
-            self._expect("{")
-            found_events = False
-            if self._peek() == "}":
-                self._pos += 1
-            else:
-                while True:
-                    key = self._value()
-                    if not isinstance(key, str):
-                        raise TraceFormatError(f"{self.path}: expected a member name at line {self._line()}")
-                    self._expect(":")
-                    if key == "traceEvents":
-                        found_events = True
-                        if self._peek() != "[":
-                            raise TraceFormatError(f"{self.path}: 'traceEvents' is not a list")
-                        yield from self._array()
-                    else:
-                        self.members[key] = self._value()
-                    if self._expect(",}") == "}":
-                        break
-            if not found_events:
-                raise TraceFormatError(f"{self.path}: no 'traceEvents' list; this is not a Kineto/Chrome trace")
-        finally:
-            self._handle.close()
-
-    def _batch(self) -> list[dict]:
-        """Decode many whole events with one C-level json.loads, up to the last "},{" in the buffer.
-
-        A boundary that falls inside a string makes that parse fail; then nothing is taken and
-        the events are decoded one by one, so the shortcut never changes the result.
-        """
-        if self._buffer[self._pos:self._pos + 1] != "{" or len(self._buffer) - self._pos < self.CHUNK // 4:
-            self._peek()
-            if not self._eof and len(self._buffer) - self._pos < self.CHUNK // 4:
-                self._fill()
-        match = None
-        for match in _EVENT_BOUNDARY.finditer(self._buffer, max(self._pos, len(self._buffer) - 65536)):
-            pass
-        if match is None or match.start() <= self._pos:
-            return []
-        try:
-            events = json.loads("[" + self._buffer[self._pos:match.start() + 1] + "]")
-        except json.JSONDecodeError:
-            return []
-        self._pos = match.start() + 1
-        self._expect(",")
-        return [e for e in events if isinstance(e, dict)]
-
-    def _array(self) -> Iterator[dict]:
-        self._expect("[")
-        if self._peek() == "]":
-            self._pos += 1
-            return
-        while True:
-            yield from self._batch()
-            value = self._value()
-            if isinstance(value, dict):
-                yield value
-            if self._expect(",]") == "]":
-                return
-            if self._pos > self.CHUNK:  # drop what has been decoded
-                self._line_base += self._buffer.count("\n", 0, self._pos)
-                self._buffer = self._buffer[self._pos:]
-                self._pos = 0
-
-
 def parse_trace(path: str) -> Trace:
     if not os.path.exists(path):
         raise TraceFormatError(f"{path}: no such file")
-    stream = _EventStream(path)
+    stream = EventStream(path)
     trace = Trace(path=path)
     host_events: list[tuple[float, float, int, str, str, dict]] = []
     for event in stream.events():

@@ -27,6 +27,7 @@ MATMUL_FLOP_OPS = frozenset({
 })
 # Operators that exist to copy memory into a new layout.
 LAYOUT_COPY_OPS = frozenset({"aten::contiguous", "aten::clone", "aten::_reshape_copy", "aten::copy_"})
+COLLECTIVE_MARKERS = ("nccl", "rccl")  # ncclKernel_*, ncclDevKernel_*, and ROCm's RCCL
 LOW_PRECISION_TYPES = frozenset({"c10::BFloat16", "c10::Half", "BFloat16", "Half", "c10::Float8_e4m3fn",
                                  "c10::Float8_e5m2"})
 
@@ -60,3 +61,8 @@ def is_broadcast(dims: list, strides: list) -> bool:
 
 def low_precision(op: Op) -> bool:
     return bool(op.input_types) and op.input_types[0] in LOW_PRECISION_TYPES
+
+
+def is_collective(kernel_name: str) -> bool:
+    lowered = kernel_name.lower()
+    return any(marker in lowered for marker in COLLECTIVE_MARKERS)

@@ -30,15 +30,8 @@ from typing import Iterator
 
 from advisor.evidence import Evidence
 from advisor.kineto import Span, Trace
+from advisor.opsets import is_collective
 from advisor.rule import Finding, Fix, Layer, Severity, Threshold, Thresholds, rule
-
-COLLECTIVE_MARKERS = ("nccl", "rccl")
-
-
-def is_collective(name: str) -> bool:
-    lowered = name.lower()
-    return any(marker in lowered for marker in COLLECTIVE_MARKERS)
-
 
 @rule(
     slug="comm-overlap",

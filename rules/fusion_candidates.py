@@ -51,13 +51,11 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     trace = ev.trace
     if trace is None or not trace.kernels:
         return
-    launches = {r.correlation: r for r in trace.runtime if r.correlation is not None}
     by_op: dict[int, list] = defaultdict(list)
     for kernel in trace.kernels:
         if trace.steps and kernel.step is None:
             continue
-        launch = launches.get(kernel.correlation)
-        op = trace.enclosing_op(launch.tid, launch.ts) if launch is not None else None
+        op = trace.launching_op(kernel)
         if op is not None:
             by_op[trace.outermost(op).index].append(kernel)
     sequences: dict[tuple, list[tuple[int, list]]] = defaultdict(list)

@@ -81,12 +81,11 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
 
 def idle_split(trace: Trace, kernel_wait_us: float) -> dict[str, float]:
     """Idle µs inside the profiled steps, by cause."""
-    launches = {r.correlation: r for r in trace.runtime if r.correlation is not None}
     split = {"host wait": 0.0, "kernel wait": 0.0, "other": 0.0}
     for step in trace.steps:
         _, gaps = trace.gpu_gaps(step)
         for start, end, next_event in gaps:
-            launch = launches.get(next_event.correlation) if next_event is not None else None
+            launch = trace.launch_of(next_event) if next_event is not None else None
             if launch is not None and launch.ts >= start:
                 split["host wait"] += end - start  # launched only after the GPU ran dry
             elif next_event is not None and end - start < kernel_wait_us:

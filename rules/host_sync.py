@@ -260,12 +260,10 @@ def _from_cuda_runtime(trace: Trace, sites: dict) -> None:
 
 def _from_device_to_host_copies(trace: Trace, sites: dict) -> None:
     """DtoH copies wait for the device; count those not already counted through a sync op."""
-    launches = {r.correlation: r for r in trace.runtime if r.correlation is not None}
     for copy in trace.memcpy:
         if "DtoH" not in copy.name or (trace.steps and copy.step is None):
             continue
-        launch = launches.get(copy.correlation)
-        op = trace.enclosing_op(launch.tid, launch.ts) if launch is not None else None
+        op = trace.launching_op(copy)
         if op is None:
             site = _site(sites, "", 0, exact=False, function=copy.name)
         else:

@@ -140,8 +140,7 @@ def _gpu(ev: Evidence, trace: Trace, th: Thresholds) -> Iterator[Finding]:
 
 def _launch_stats(trace: Trace, kernels: list) -> dict:
     """Launch delay (launch call to kernel start) and how often launching took longer than running."""
-    launches = {r.correlation: r for r in trace.runtime if r.correlation is not None}
-    pairs = [(launches[k.correlation], k) for k in kernels if k.correlation in launches]
+    pairs = [(launch, k) for k in kernels if (launch := trace.launch_of(k)) is not None]
     if not pairs:
         return {}
     delays = sorted(k.ts - r.ts for r, k in pairs)

@@ -54,16 +54,9 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     per_step = len(copies) / trace.step_count
     if per_step < th.min_per_step:
         return
-    launches = {r.correlation: r for r in trace.runtime if r.correlation is not None}
     by_place: dict[tuple[str, int, str], list] = defaultdict(list)
     for copy in copies:
-        launch = launches.get(copy.correlation)
-        op = trace.enclosing_op(launch.tid, launch.ts) if launch is not None else None
-        if op is not None and op.src is not None:
-            key = (op.src.file, op.src.line, trace.outermost(op).name)
-        else:
-            key = ("", 0, trace.outermost(op).name if op is not None else copy.name)
-        by_place[key].append(copy)
+        by_place[trace.place(trace.launching_op(copy), fallback=copy.name)].append(copy)
     ms_per_step = trace.median_per_step(copies) / 1000 if trace.steps else sum(c.dur for c in copies) / 1000
     total_bytes = sum(c.bytes for c in copies)
     share = ev.share_of_step(ms_per_step * 1000)

@@ -36,12 +36,8 @@ from typing import Iterator
 
 from advisor.evidence import Evidence
 from advisor.kineto import Trace
+from advisor.opsets import is_collective
 from advisor.rule import Finding, Fix, Layer, Severity, Threshold, Thresholds, rule
-
-
-def _collective(name: str) -> bool:
-    lowered = name.lower()
-    return "nccl" in lowered or "rccl" in lowered
 
 
 @rule(
@@ -90,12 +86,11 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
 
 def launch_offsets(trace: Trace) -> dict[tuple[int, int], float]:
     """(step, k) -> µs from the step's start to the launch of its k-th collective kernel."""
-    launches = {r.correlation: r for r in trace.runtime if r.correlation is not None}
     per_step: dict[int, list[float]] = {}
     for kernel in trace.kernels:
-        if kernel.step is None or not _collective(kernel.name):
+        if kernel.step is None or not is_collective(kernel.name):
             continue
-        launch = launches.get(kernel.correlation)
+        launch = trace.launch_of(kernel)
         if launch is not None:
             per_step.setdefault(kernel.step, []).append(launch.ts - trace.steps[kernel.step].ts)
     return {(step, k): offset for step, found in per_step.items() for k, offset in enumerate(sorted(found))}

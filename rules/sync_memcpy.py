@@ -74,10 +74,7 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     blocked_ms = sum(us for _, _, us in blocking) / trace.step_count / 1000
     places: dict[tuple[str, int, str], int] = defaultdict(int)
     for call, op, _ in blocking:
-        if op is not None and op.src is not None:
-            places[(op.src.file, op.src.line, trace.outermost(op).name)] += 1
-        else:
-            places[("", 0, trace.outermost(op).name if op is not None else call.name)] += 1
+        places[trace.place(op, fallback=call.name)] += 1
     share = ev.share_of_step(blocked_ms * 1000)
     yield Finding(
         severity=Severity.MEDIUM,

@@ -16,7 +16,6 @@ from typing import Any
 import torch
 
 from advisor.evidence import GraphBreak, GraphCapture, GraphNode
-from advisor.target import call_model
 
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 _FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>.+)')

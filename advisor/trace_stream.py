@@ -1,0 +1,173 @@
+"""Read a Kineto (Chrome trace) JSON document one event at a time, gzip or plain."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+from typing import Any, Iterator
+
+class TraceFormatError(ValueError):
+    """The file is not a readable Kineto trace; the message names the file and the problem."""
+
+
+def _is_gzip(path: str) -> bool:
+    with open(path, "rb") as handle:
+        return handle.read(2) == b"\x1f\x8b"
+
+
+_EVENT_BOUNDARY = re.compile(r"\}\s*,\s*(?=\{)")
+
+
+class EventStream:
+    """Decode a Kineto JSON document one trace event at a time.
+
+    The top-level object's small members (deviceProperties, distributedInfo, ...) are decoded
+    whole; the ``traceEvents`` array is yielded element by element, so a large trace is never
+    held as one list of dicts. Errors name the file and what is wrong with it.
+    """
+
+    CHUNK = 1 << 20
+
+    def __init__(self, path: str):
+        self.path = path
+        self.members: dict[str, Any] = {}
+        self._decoder = json.JSONDecoder()
+        self._buffer = ""
+        self._pos = 0
+        self._eof = False
+        self._line_base = 1
+        opener = gzip.open if _is_gzip(path) else open
+        self._handle = opener(path, "rt", encoding="utf-8")
+
+    def _fill(self) -> bool:
+        if self._eof:
+            return False
+        try:
+            chunk = self._handle.read(self.CHUNK)
+        except (EOFError, gzip.BadGzipFile, OSError) as broken:
+            raise TraceFormatError(f"{self.path}: the gzip stream is truncated or corrupt ({broken})") from None
+        except UnicodeDecodeError:
+            raise TraceFormatError(f"{self.path}: not a text JSON file") from None
+        if not chunk:
+            self._eof = True
+            return False
+        self._line_base += self._buffer.count("\n", 0, self._pos)
+        self._buffer = self._buffer[self._pos:] + chunk
+        self._pos = 0
+        return True
+
+    def _peek(self) -> str:
+        while True:
+            while self._pos < len(self._buffer) and self._buffer[self._pos] in " \t\r\n":
+                self._pos += 1
+            if self._pos < len(self._buffer):
+                return self._buffer[self._pos]
+            if not self._fill():
+                return ""
+
+    def _expect(self, chars: str) -> str:
+        found = self._peek()
+        if not found or found not in chars:
+            where = "the end of the file (it may be truncated)" if not found else repr(found)
+            raise TraceFormatError(f"{self.path}: expected {' or '.join(map(repr, chars))} at line "
+                                   f"{self._line()}, found {where}")
+        self._pos += 1
+        return found
+
+    def _line(self) -> int:
+        return self._line_base + self._buffer.count("\n", 0, self._pos)
+
+    def _where(self, pos: int) -> tuple[int, int]:
+        line = self._line_base + self._buffer.count("\n", 0, pos)
+        return line, pos - self._buffer.rfind("\n", 0, pos)
+
+    def _value(self) -> Any:
+        self._peek()
+        while True:
+            try:
+                value, end = self._decoder.raw_decode(self._buffer, self._pos)
+            except json.JSONDecodeError as broken:
+                if self._fill():
+                    continue  # the value may run past the buffer: read on, decide at the end
+                if broken.pos >= len(self._buffer) - 1 or "Unterminated" in broken.msg:
+                    raise TraceFormatError(f"{self.path}: the file ends inside a value at line {self._line()}; "
+                                           "it is truncated") from None
+                line, column = self._where(broken.pos)
+                raise TraceFormatError(f"{self.path}: not valid JSON at line {line}, column {column} "
+                                       f"({broken.msg})") from None
+            if end == len(self._buffer) and not self._eof and isinstance(value, (int, float)) and self._fill():
+                continue  # a number may continue in the next chunk
+            self._pos = end
+            return value
+
+    def events(self) -> Iterator[dict]:
+        """Yield the trace events; the other members are in ``members`` once this is exhausted."""
+        try:
+            first = self._peek()
+            if first == "[":  # a bare array of events
+                yield from self._array()
+                return
+            self._expect("{")
+            found_events = False
+            if self._peek() == "}":
+                self._pos += 1
+            else:
+                while True:
+                    key = self._value()
+                    if not isinstance(key, str):
+                        raise TraceFormatError(f"{self.path}: expected a member name at line {self._line()}")
+                    self._expect(":")
+                    if key == "traceEvents":
+                        found_events = True
+                        if self._peek() != "[":
+                            raise TraceFormatError(f"{self.path}: 'traceEvents' is not a list")
+                        yield from self._array()
+                    else:
+                        self.members[key] = self._value()
+                    if self._expect(",}") == "}":
+                        break
+            if not found_events:
+                raise TraceFormatError(f"{self.path}: no 'traceEvents' list; this is not a Kineto/Chrome trace")
+        finally:
+            self._handle.close()
+
+    def _batch(self) -> list[dict]:
+        """Decode many whole events with one C-level json.loads, up to the last "},{" in the buffer.
+
+        A boundary that falls inside a string makes that parse fail; then nothing is taken and
+        the events are decoded one by one, so the shortcut never changes the result.
+        """
+        if self._buffer[self._pos:self._pos + 1] != "{" or len(self._buffer) - self._pos < self.CHUNK // 4:
+            self._peek()
+            if not self._eof and len(self._buffer) - self._pos < self.CHUNK // 4:
+                self._fill()
+        match = None
+        for match in _EVENT_BOUNDARY.finditer(self._buffer, max(self._pos, len(self._buffer) - 65536)):
+            pass
+        if match is None or match.start() <= self._pos:
+            return []
+        try:
+            events = json.loads("[" + self._buffer[self._pos:match.start() + 1] + "]")
+        except json.JSONDecodeError:
+            return []
+        self._pos = match.start() + 1
+        self._expect(",")
+        return [e for e in events if isinstance(e, dict)]
+
+    def _array(self) -> Iterator[dict]:
+        self._expect("[")
+        if self._peek() == "]":
+            self._pos += 1
+            return
+        while True:
+            yield from self._batch()
+            value = self._value()
+            if isinstance(value, dict):
+                yield value
+            if self._expect(",]") == "]":
+                return
+            if self._pos > self.CHUNK:  # drop what has been decoded
+                self._line_base += self._buffer.count("\n", 0, self._pos)
+                self._buffer = self._buffer[self._pos:]
+                self._pos = 0
