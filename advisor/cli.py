@@ -43,7 +43,7 @@ def cli() -> None:
 @cli.command()
 @click.argument("model_file", type=click.Path(dir_okay=False))
 @click.option("--out", "out_dir", default="reports", show_default=True, help="Folder for the reports and trace.")
-@click.option("--format", "formats", default="html,json", show_default=True, help="Comma-separated: html,json.")
+@click.option("--format", "formats", default="html,json", show_default=True, help="Comma-separated: html,json,md,sarif.")
 @click.option("--mode", type=click.Choice(["auto", "train", "inference"]), default="auto", show_default=True,
               help="auto: train when the file defines get_optimizer, else inference.")
 @click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda[:N].")
@@ -89,7 +89,7 @@ def audit(model_file, out_dir, formats, mode, device, timeout, rule_dirs, settin
 @cli.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
 @click.option("--out", "out_dir", default="reports", show_default=True, help="Folder for the reports.")
-@click.option("--format", "formats", default="html,json", show_default=True, help="Comma-separated: html,json.")
+@click.option("--format", "formats", default="html,json", show_default=True, help="Comma-separated: html,json,md,sarif.")
 @click.option("--rules", "rule_dirs", multiple=True, type=click.Path(), help="Extra folder of rule files.")
 @click.option("--set", "settings", multiple=True, metavar="SLUG.THRESHOLD=VALUE", help="Override a threshold.")
 @click.option("--disable", "disabled", multiple=True, metavar="SLUG", help="Turn a rule off.")
@@ -116,6 +116,27 @@ def analyze(paths, out_dir, formats, rule_dirs, settings, disabled, fail_on, deb
     print_summary(result.report, written)
     threshold = Severity(fail_on).rank
     sys.exit(1 if result.report.worst_severity_rank() >= threshold else 0)
+
+
+@cli.command()
+@click.argument("old_report", type=click.Path())
+@click.argument("new_report", type=click.Path())
+@click.option("--threshold", type=click.FloatRange(min=0), default=0.05, show_default=True,
+              help="Step time growth (0.05 = 5%) above which the diff exits 1.")
+@click.option("--html", "html_path", type=click.Path(dir_okay=False), help="Also write the diff as HTML here.")
+def diff(old_report, new_report, threshold, html_path) -> None:
+    """Compare two JSON reports: step time change, findings added and resolved (exit 1 on regression)."""
+    from advisor.diff import DiffInputError, diff_reports, load_report, render_html as render_diff_html, render_text
+
+    try:
+        result = diff_reports(load_report(old_report), load_report(new_report), threshold)
+    except DiffInputError as bad:
+        _fail(str(bad))
+    click.echo(render_text(result))
+    if html_path:
+        with open(html_path, "w", encoding="utf-8") as handle:
+            handle.write(render_diff_html(result))
+    sys.exit(1 if result.regressed else 0)
 
 
 @cli.group(invoke_without_command=True)

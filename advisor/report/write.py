@@ -5,9 +5,17 @@ from __future__ import annotations
 import os
 
 from advisor.report.html import render_html
+from advisor.report.markdown import render_markdown
 from advisor.report.model import Report
+from advisor.report.sarif import render_sarif
 
-FORMATS = ("html", "json")
+FORMATS = ("html", "json", "md", "sarif")
+RENDERERS = {
+    "html": render_html,
+    "json": lambda report: report.model_dump_json(indent=2),
+    "md": render_markdown,
+    "sarif": render_sarif,
+}
 
 
 def write_reports(report: Report, out_dir: str, stem: str, formats: tuple[str, ...]) -> dict[str, str]:
@@ -16,7 +24,7 @@ def write_reports(report: Report, out_dir: str, stem: str, formats: tuple[str, .
     written = {}
     for fmt in formats:
         path = os.path.join(out_dir, f"{stem}.{fmt}")
-        text = report.model_dump_json(indent=2) if fmt == "json" else render_html(report)
+        text = RENDERERS[fmt](report)
         with open(path, "w", encoding="utf-8") as handle:
             handle.write(text)
         written[fmt] = path

@@ -1,0 +1,82 @@
+"""The report as Markdown, for a pull-request comment: summary, findings table, details."""
+
+from __future__ import annotations
+
+from advisor.report.model import Report
+from advisor.report.paths import short_path
+from advisor.rule import Finding, Verification
+
+_ICONS = {"high": "🔴", "medium": "🟠", "low": "🔵", "info": "⚪"}
+
+
+def render_markdown(report: Report) -> str:
+    target = report.target
+    lines = [f"## advisor: {_escape(target.model_class or 'model')} ({target.mode}, {target.device})", ""]
+    summary = []
+    if report.timing is not None:
+        t = report.timing
+        summary.append(f"step **{t.median_ms:.3g} ms** (IQR {t.p25_ms:.3g}–{t.p75_ms:.3g}, n={len(t.samples_ms)})")
+    summary.append(f"**{len(report.findings)}** finding(s)")
+    combined = report.verification.combined
+    if combined is not None and combined.speedup is not None:
+        summary.append(f"all verified fixes together **{combined.speedup:.2f}×** [{combined.ci_low:.2f}–{combined.ci_high:.2f}]")
+    lines += [" · ".join(summary), ""]
+    for error in report.errors:
+        lines.append(f"> ⚠️ **{error.stage}** ({error.kind}): {_escape(error.message)}")
+    if report.errors:
+        lines.append("")
+    if report.findings:
+        lines += ["| | code | finding | where | fix |", "|---|---|---|---|---|"]
+        for finding in report.findings:
+            lines.append(f"| {_ICONS.get(_severity(finding), '')} {_severity(finding)} | `{finding.code}` {finding.slug} | "
+                         f"{_escape(finding.message)} | {_where(finding)} | {_verdict(finding.verification)} |")
+        lines.append("")
+        for finding in report.findings:
+            lines += _details(finding)
+    else:
+        lines.append("No findings.")
+    lines.append(f"<sub>advisor {report.advisor_version} · {report.created}</sub>")
+    return "\n".join(lines) + "\n"
+
+
+def _severity(finding: Finding) -> str:
+    return finding.severity.value if finding.severity else "info"
+
+
+def _where(finding: Finding) -> str:
+    if not finding.locations:
+        return ""
+    first = finding.locations[0]
+    place = f"`{short_path(first.file)}:{first.line}`" if first.file else _escape(first.label())
+    more = len(finding.locations) - 1
+    return place + (f" (+{more})" if more else "")
+
+
+def _verdict(v: Verification | None) -> str:
+    if v is None:
+        return "not verified"
+    if v.speedup is not None:
+        return f"{v.status} {v.speedup:.2f}× [{v.ci_low:.2f}–{v.ci_high:.2f}]"
+    return v.status
+
+
+def _details(finding: Finding) -> list[str]:
+    lines = [f"<details><summary><code>{finding.code}</code> {_escape(finding.title)}</summary>", ""]
+    for location in finding.locations:
+        place = f"{short_path(location.file)}:{location.line}" if location.file else location.label()
+        lines.append(f"- `{place}` `{location.code}` {_escape(location.note)}".rstrip())
+    if finding.fix is not None:
+        lines += ["", f"**Fix:** {_escape(finding.fix.summary)}", ""]
+        if finding.fix.before or finding.fix.after:
+            lines += ["```diff"] + [f"- {line}" for line in finding.fix.before.splitlines()] + \
+                     [f"+ {line}" for line in finding.fix.after.splitlines()] + ["```"]
+    if finding.verification is not None and finding.verification.note:
+        lines += ["", f"Verification: {_verdict(finding.verification)} — {_escape(finding.verification.note)}"]
+    lines += ["", "</details>", ""]
+    return lines
+
+
+def _escape(text: str) -> str:
+    """Keep user-controlled text from becoming table cells, markup or HTML."""
+    return (text.replace("\\", "\\\\").replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
+            .replace("\n", " "))

@@ -1,0 +1,70 @@
+"""The report as SARIF 2.1.0, for code-scanning tools: one result per finding location."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from advisor.report.model import Report
+from advisor.rule import Finding
+
+SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
+_LEVELS = {"high": "error", "medium": "warning", "low": "note", "info": "note"}
+
+
+def render_sarif(report: Report) -> str:
+    rules, index = [], {}
+    for finding in report.findings:
+        if finding.code not in index:
+            index[finding.code] = len(rules)
+            rules.append({
+                "id": finding.code, "name": finding.slug,
+                "shortDescription": {"text": finding.title},
+                "helpUri": finding.fix.docs[0] if finding.fix and finding.fix.docs else None,
+                "properties": {"layer": finding.layer.value},
+            })
+    results = [_result(finding, index[finding.code]) for finding in report.findings]
+    document = {
+        "$schema": SCHEMA,
+        "version": "2.1.0",
+        "runs": [{
+            "tool": {"driver": {"name": "advisor", "version": report.advisor_version or "0",
+                                "rules": [_clean(r) for r in rules]}},
+            "results": results,
+            "invocations": [{"executionSuccessful": not report.errors,
+                             "toolExecutionNotifications": [{"level": "error", "message": {"text": e.message}}
+                                                            for e in report.errors]}],
+        }],
+    }
+    return json.dumps(document, indent=2)
+
+
+def _result(finding: Finding, rule_index: int) -> dict:
+    result = {
+        "ruleId": finding.code, "ruleIndex": rule_index,
+        "level": _LEVELS.get(finding.severity.value if finding.severity else "info", "note"),
+        "message": {"text": finding.message + (f" Fix: {finding.fix.summary}" if finding.fix else "")},
+        "properties": {"slug": finding.slug, "impact": finding.impact,
+                       "verification": finding.verification.status if finding.verification else None},
+    }
+    locations = [_location(loc.file, loc.line, loc.code) for loc in finding.locations if loc.file and loc.line > 0]
+    if locations:
+        result["locations"] = locations
+    return _clean(result)
+
+
+def _location(file: str, line: int, code: str) -> dict:
+    uri = os.path.relpath(file) if os.path.isabs(file) and not os.path.relpath(file).startswith("..") else file
+    region = {"startLine": line}
+    if code:
+        region["snippet"] = {"text": code}
+    return {"physicalLocation": {"artifactLocation": {"uri": uri.replace(os.sep, "/")}, "region": region}}
+
+
+def _clean(value):
+    """Drop None members: SARIF validators reject nulls where a type is required."""
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_clean(v) for v in value]
+    return value

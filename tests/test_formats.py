@@ -1,0 +1,91 @@
+"""Markdown (snapshot), SARIF (structure of 2.1.0) and `advisor diff` (the CI gate)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from advisor.diff import diff_reports, render_html, render_text
+from advisor.evidence import TargetInfo, Timing
+from advisor.report.markdown import render_markdown
+from advisor.report.model import Report, VerificationSettings
+from advisor.report.sarif import render_sarif
+from advisor.rule import Finding, Fix, Layer, Location, Severity, Verification
+
+DATA = Path(__file__).parent / "data"
+
+
+def _report(step_ms: float = 10.0, findings: list[Finding] | None = None) -> Report:
+    return Report(
+        advisor_version="0.1.0", created="2026-01-01T00:00:00+00:00",
+        target=TargetInfo(model_file="/w/model.py", model_class="Net", mode="train", device="cpu"),
+        timing=Timing(timer="perf_counter", warmup_steps=3, samples_ms=[step_ms] * 10, median_ms=step_ms,
+                      p25_ms=step_ms, p75_ms=step_ms, min_ms=step_ms, cv=0.0),
+        findings=findings if findings is not None else [_finding()],
+        verification=VerificationSettings(combined=Verification(status="verified", speedup=1.5, ci_low=1.4,
+                                                                ci_high=1.6, samples=40)),
+    )
+
+
+def _finding(slug: str = "non-contiguous", line: int = 7, message: str = "copies take 30% | of <the> step") -> Finding:
+    return Finding(
+        slug=slug, code="ADV102", title="Layout copies", layer=Layer.MODEL, severity=Severity.HIGH,
+        message=message, locations=[Location(file="/w/model.py", line=line, code="y = y.permute(0, 2, 3, 1).contiguous()",
+                                             note="paid by .contiguous()")],
+        fix=Fix(summary="use channels_last", before="y = y.contiguous()", after="y = y", docs=["https://pytorch.org/x"]),
+        verification=Verification(status="verified", speedup=1.5, ci_low=1.4, ci_high=1.6, samples=40, note="exact"),
+    )
+
+
+def test_markdown_matches_the_snapshot():
+    assert render_markdown(_report()) == (DATA / "report_snapshot.md").read_text(encoding="utf-8")
+
+
+def test_markdown_keeps_hostile_text_out_of_the_table_and_out_of_html():
+    text = render_markdown(_report(findings=[_finding(message="a | b <script>x</script>\nnew row")]))
+    row = next(line for line in text.splitlines() if line.startswith("| 🔴"))
+    assert row.count(" | ") == 4 and "<script>" not in text and "&lt;script&gt;" in text
+
+
+def test_sarif_has_the_required_2_1_0_structure():
+    document = json.loads(render_sarif(_report()))
+    assert document["version"] == "2.1.0" and document["$schema"].endswith("sarif-2.1.0.json")
+    run = document["runs"][0]
+    assert run["tool"]["driver"]["name"] == "advisor"
+    assert [r["id"] for r in run["tool"]["driver"]["rules"]] == ["ADV102"]
+    [result] = run["results"]
+    assert result["ruleId"] == "ADV102" and result["ruleIndex"] == 0 and result["level"] == "error"
+    assert result["message"]["text"].startswith("copies take 30%")
+    region = result["locations"][0]["physicalLocation"]["region"]
+    assert region["startLine"] == 7 and result["locations"][0]["physicalLocation"]["artifactLocation"]["uri"]
+    assert "null" not in json.dumps(document)  # validators reject nulls where types are required
+
+
+def test_diff_reports_regressions_added_and_resolved():
+    old = _report(10.0, [_finding("non-contiguous", 7), _finding("host-sync", 9)])
+    new = _report(11.0, [_finding("non-contiguous", 7), _finding("kernel-storm", 3)])
+    result = diff_reports(old, new, threshold=0.05)
+    assert abs(result.step_change - 0.10) < 1e-9 and result.regressed
+    assert [f.slug for f in result.added] == ["kernel-storm"] and [f.slug for f in result.resolved] == ["host-sync"]
+    assert "REGRESSION" in render_text(result)
+    assert not diff_reports(old, _report(10.4, old.findings), threshold=0.05).regressed
+    page = render_html(diff_reports(old, _report(10.0, [_finding("x", 1, "<img src=y>")])))
+    assert "<img" not in page and "&lt;img src=y&gt;" in page
+
+
+def test_diff_cli_exit_codes(tmp_path):
+    old, new = tmp_path / "old.json", tmp_path / "new.json"
+    old.write_text(_report(10.0).model_dump_json())
+    new.write_text(_report(12.0).model_dump_json())
+    command = [sys.executable, "-m", "advisor", "diff"]
+    slower = subprocess.run(command + [str(old), str(new), "--html", str(tmp_path / "d.html")],
+                            capture_output=True, text=True, timeout=60)
+    assert slower.returncode == 1 and "+20.0%" in slower.stdout and (tmp_path / "d.html").exists()
+    lenient = subprocess.run(command + [str(old), str(new), "--threshold", "0.25"], capture_output=True, text=True, timeout=60)
+    assert lenient.returncode == 0
+    broken = tmp_path / "broken.json"
+    broken.write_text("{}")
+    bad = subprocess.run(command + [str(old), str(broken)], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "not an advisor JSON report" in bad.stderr and "Traceback" not in bad.stderr
