@@ -15,7 +15,7 @@ from advisor.errors import StageError
 from advisor.evidence import DataLoaderInfo, Environment, Evidence, FlopCount, GraphCapture, TargetInfo, Timing
 from advisor.kineto import TraceFormatError, parse_trace
 from advisor.report.model import ModelOutput, Report, RuleProblemRecord, StageRecord, VerificationSettings
-from advisor.report.summarize import summarize_graph, summarize_trace
+from advisor.report.summarize import summarize_graph, summarize_performance, summarize_trace
 from advisor.rule import Severity, Verification
 
 # Failures of these kinds leave the audit incomplete (exit 2); "unsupported" ones are noted only.
@@ -91,6 +91,7 @@ def run_audit(options: AuditOptions, progress: Callable[[str], None] = lambda te
         _verify(report, run, spec, options, progress)
     report.environment, report.timing, report.data = evidence.env, evidence.timing, evidence.data
     report.flops = evidence.flops
+    report.performance = summarize_performance(evidence)
     if evidence.trace is not None:
         report.trace = summarize_trace(evidence.trace)
     if evidence.graph is not None:

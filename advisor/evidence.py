@@ -24,6 +24,7 @@ class TargetInfo(BaseModel):
     param_count: int = 0
     param_dtypes: dict[str, int] = Field(default_factory=dict, description="dtype -> parameter count")
     input_summary: list[str] = Field(default_factory=list)
+    batch_size: int | None = Field(default=None, description="first dimension of the first input tensor")
     optimizer: str | None = None
     optimizer_options: dict[str, Any] = Field(default_factory=dict)
     has_dataloader: bool = False

@@ -89,7 +89,7 @@ class Target:
     """A loaded model file: the user's objects, never modified; work on ``fresh()`` copies."""
 
     path: str
-    module: ModuleType
+    module: ModuleType | None
     model: torch.nn.Module
     inputs: Any
     mode: str
@@ -218,6 +218,11 @@ def describe_inputs(inputs: Any) -> list[str]:
     if isinstance(inputs, (tuple, list)):
         return [f"arg{i}: {_describe(value)}" for i, value in enumerate(inputs)]
     return [f"input: {_describe(inputs)}"]
+
+
+def batch_size(inputs: Any) -> int | None:
+    leaves = [t for t in tree_flatten(inputs)[0] if isinstance(t, torch.Tensor) and t.dim() > 0]
+    return int(leaves[0].shape[0]) if leaves else None
 
 
 def _describe(value: Any) -> str:

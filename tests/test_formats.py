@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from advisor.diff import diff_reports, render_html, render_text
 from advisor.evidence import TargetInfo, Timing
 from advisor.report.markdown import render_markdown
@@ -61,6 +63,17 @@ def test_sarif_has_the_required_2_1_0_structure():
     region = result["locations"][0]["physicalLocation"]["region"]
     assert region["startLine"] == 7 and result["locations"][0]["physicalLocation"]["artifactLocation"]["uri"]
     assert "null" not in json.dumps(document)  # validators reject nulls where types are required
+
+
+def test_sarif_validates_against_the_official_schema(sample_audit):
+    schema_path = Path(__file__).parent / ".cache" / "sarif-2.1.0.json"
+    if not schema_path.exists():
+        pytest.skip("the SARIF 2.1.0 schema was not fetched (.ci/run gets it from the npm registry)")
+    import jsonschema
+
+    schema = json.loads(schema_path.read_text(encoding="utf-8"))
+    for report in (_report(), sample_audit("host_sync").report, Report(target=TargetInfo(model_file="x.py"))):
+        jsonschema.Draft4Validator(schema).validate(json.loads(render_sarif(report)))
 
 
 def test_diff_reports_regressions_added_and_resolved():

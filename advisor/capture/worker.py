@@ -36,9 +36,6 @@ def main(spec_path: str) -> int:
         spec = json.load(handle)
     workdir = spec["workdir"]
 
-    # Imported after the channel is up, so an import failure is still reported.
-    from advisor.errors import AuditError, StageError
-
     state: dict[str, Any] = {"spec": spec}
     step_failed = False
     for stage in spec.get("stages", STAGES):
@@ -49,30 +46,38 @@ def main(spec_path: str) -> int:
             channel.send("skipped", stage=stage, reason="the model file did not load")
             continue
         channel.send("start", stage=stage)
-        try:
-            result = STAGE_RUNNERS[stage](state, _throttled(lambda text, s=stage: channel.send("progress", stage=s, text=text)))
-        except AuditError as failure:
-            channel.send("error", stage=stage, error=failure.error.model_dump())
+        progress = _throttled(lambda text, s=stage: channel.send("progress", stage=s, text=text))
+        outcome, payload = run_stage(state, stage, progress)
+        if outcome == "error":
+            channel.send("error", stage=stage, error=payload.model_dump())
             step_failed = step_failed or stage in MODEL_STAGES
-            continue
-        except BaseException as unexpected:  # noqa: BLE001 - report, never die silently
-            error = StageError(
-                stage=stage, kind="internal",
-                message=f"{type(unexpected).__name__}: {unexpected}".strip(),
-                detail="".join(traceback.format_exception(unexpected)),
-            )
-            channel.send("error", stage=stage, error=error.model_dump())
-            step_failed = step_failed or stage in MODEL_STAGES
-            continue
-        if result is None:
-            channel.send("skipped", stage=stage, reason=state.pop("skip_reason", "not applicable"))
-            continue
-        path = os.path.join(workdir, f"{stage}.json")
-        with open(path, "w", encoding="utf-8") as handle:
-            handle.write(result)
-        channel.send("done", stage=stage, result=path)
+        elif outcome == "skipped":
+            channel.send("skipped", stage=stage, reason=payload)
+        else:
+            path = os.path.join(workdir, f"{stage}.json")
+            with open(path, "w", encoding="utf-8") as handle:
+                handle.write(payload)
+            channel.send("done", stage=stage, result=path)
     channel.send("exit")
     return 0
+
+
+def run_stage(state: dict, stage: str, progress: Callable[[str], None]) -> tuple[str, Any]:
+    """Run one stage: ("ok", result JSON), ("skipped", reason) or ("error", StageError)."""
+    from advisor.errors import AuditError, StageError
+
+    try:
+        result = STAGE_RUNNERS[stage](state, progress)
+    except AuditError as failure:
+        return "error", failure.error
+    except BaseException as unexpected:  # noqa: BLE001 - report, never die silently
+        return "error", StageError(
+            stage=stage, kind="internal", message=f"{type(unexpected).__name__}: {unexpected}".strip(),
+            detail="".join(traceback.format_exception(unexpected)),
+        )
+    if result is None:
+        return "skipped", state.pop("skip_reason", "not applicable")
+    return "ok", result
 
 
 def _throttled(send: Callable[[str], None], interval_s: float = 1.0) -> Callable[[str], None]:
@@ -88,12 +93,18 @@ def _throttled(send: Callable[[str], None], interval_s: float = 1.0) -> Callable
 
 
 def _load(state: dict, progress: Callable[[str], None]) -> str:
-    from advisor.evidence import TargetInfo
-    from advisor.target import describe_inputs, load_target
+    from advisor.target import load_target
 
     spec = state["spec"]
-    target = load_target(spec["model_file"], spec.get("mode", "auto"), spec.get("device", "auto"))
-    state["target"] = target
+    state["target"] = load_target(spec["model_file"], spec.get("mode", "auto"), spec.get("device", "auto"))
+    return describe_target(state["target"]).model_dump_json()
+
+
+def describe_target(target: Any) -> Any:
+    """The TargetInfo of a loaded target (its user objects are read, never changed)."""
+    from advisor.evidence import TargetInfo
+    from advisor.target import batch_size, describe_inputs
+
     dtypes: dict[str, int] = {}
     for parameter in target.model.parameters():
         key = str(parameter.dtype).replace("torch.", "")
@@ -102,14 +113,14 @@ def _load(state: dict, progress: Callable[[str], None]) -> str:
         model_file=target.path, model_class=type(target.model).__qualname__, mode=target.mode,
         device=str(target.device), training_flag=target.model.training,
         param_count=sum(dtypes.values()), param_dtypes=dtypes,
-        input_summary=describe_inputs(target.inputs),
+        input_summary=describe_inputs(target.inputs), batch_size=batch_size(target.inputs),
         has_dataloader=target.get_dataloader is not None,
     )
     if target.mode == "train" and target.get_optimizer is not None:
         _, _, optimizer = target.fresh()
         info.optimizer = type(optimizer).__name__
         info.optimizer_options = {k: v for k, v in optimizer.defaults.items() if isinstance(v, (bool, int, float, str, type(None)))}
-    return info.model_dump_json()
+    return info
 
 
 def _env(state: dict, progress: Callable[[str], None]) -> str:

@@ -6,6 +6,7 @@ meaning changes; added optional fields keep it.
 
 from __future__ import annotations
 
+import os
 from datetime import datetime, timezone
 
 from pydantic import BaseModel, Field
@@ -35,6 +36,25 @@ class TraceSummary(BaseModel):
     syncs_per_step: float = Field(default=0.0, description="device synchronization API calls per step")
     source_attributed: bool = Field(description="whether ops carry the user's exact source line")
     top_ops: list[OpShare] = Field(default_factory=list)
+    categories: dict[str, float] = Field(default_factory=dict, description="share of top-level op time by kind")
+    timeline: list[TimelineBar] = Field(default_factory=list, description="top-level ops of the first profiled step")
+    timeline_ms: float = 0.0
+
+
+class TimelineBar(BaseModel):
+    name: str
+    category: str
+    start: float = Field(description="offset from the step's start, as a share of the step")
+    width: float = Field(description="duration as a share of the step")
+
+
+class Performance(BaseModel):
+    steps_per_s: float | None = None
+    samples_per_s: float | None = None
+    achieved_tflops: float | None = None
+    peak_tflops: float | None = None
+    peak_share: float | None = None
+    peak_note: str = ""
 
 
 class GraphSummary(BaseModel):
@@ -81,12 +101,30 @@ class Report(BaseModel):
     trace: TraceSummary | None = None
     data: DataLoaderInfo | None = None
     flops: FlopCount | None = None
+    performance: Performance | None = None
     findings: list[Finding] = Field(default_factory=list)
     errors: list[StageError] = Field(default_factory=list)
     stages: list[StageRecord] = Field(default_factory=list)
     rule_problems: list[RuleProblemRecord] = Field(default_factory=list)
     output: ModelOutput = Field(default_factory=ModelOutput)
     verification: VerificationSettings = Field(default_factory=VerificationSettings)
+
+    def _repr_html_(self) -> str:
+        """Jupyter shows the full HTML report inline."""
+        from advisor.report.html import render_html
+
+        return render_html(self)
+
+    def save(self, path: str) -> str:
+        """Write the report; the format follows the suffix: .html, .json, .md or .sarif."""
+        from advisor.report.write import RENDERERS
+
+        suffix = os.path.splitext(path)[1].lstrip(".").lower()
+        if suffix not in RENDERERS:
+            raise ValueError(f"{path}: unknown report format {suffix!r}; use .html, .json, .md or .sarif")
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write(RENDERERS[suffix](self))
+        return path
 
     def findings_by_layer(self) -> list[tuple[Layer, list[Finding]]]:
         return [(layer, [f for f in self.findings if f.layer == layer]) for layer in Layer]

@@ -7,9 +7,21 @@ from collections import Counter, defaultdict
 
 from advisor.evidence import GraphCapture
 from advisor.kineto import SYNC_RUNTIME_CALLS, Trace
-from advisor.report.model import GraphSummary, OpShare, TraceSummary
+from advisor.evidence import Evidence
+from advisor.opsets import LAYOUT_COPY_OPS, MATMUL_OPS
+from advisor.report.model import GraphSummary, OpShare, Performance, TimelineBar, TraceSummary
 
 TOP_OPS = 12
+TIMELINE_BARS = 400
+# Dense bf16/fp16 tensor-core peaks (TFLOP/s) of common GPUs, by name fragment.
+PEAK_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "A10G": 125.0, "L4": 121.0, "V100": 125.0,
+               "MI250": 362.0, "MI300": 1307.0, "T4": 65.0}
+_CATEGORY_WORDS = (
+    ("norm", ("norm",)),
+    ("softmax / reduction", ("softmax", "sum", "mean", "max", "min", "argmax", "topk", "cumsum", "logsumexp")),
+    ("optimizer", ("_foreach", "adam", "sgd", "optimizer")),
+    ("backward (autograd)", ("autograd::", "backward")),
+)
 
 
 def summarize_trace(trace: Trace) -> TraceSummary:
@@ -24,7 +36,9 @@ def summarize_trace(trace: Trace) -> TraceSummary:
     top = sorted(self_us.items(), key=lambda item: item[1], reverse=True)[:TOP_OPS]
     kernels = [k for k in trace.kernels if k.step is not None] if trace.steps else trace.kernels
     memcpy = [m for m in trace.memcpy if m.step is not None] if trace.steps else trace.memcpy
+    categories, timeline, timeline_ms = _categories(trace), *_timeline(trace)
     return TraceSummary(
+        categories=categories, timeline=timeline, timeline_ms=timeline_ms,
         file=os.path.basename(trace.path),
         steps_profiled=len(trace.steps),
         step_ms_profiled=trace.mean_step_us() / 1000.0,
@@ -52,3 +66,54 @@ def summarize_graph(graph: GraphCapture) -> GraphSummary:
         breaks=graph.breaks,
         top_targets=dict(Counter(n.target for n in calls).most_common(10)),
     )
+
+
+def op_category(name: str) -> str:
+    if name in MATMUL_OPS:
+        return "matmul / conv"
+    if name in LAYOUT_COPY_OPS or name in ("aten::to", "aten::_to_copy", "aten::reshape"):
+        return "copies / layout"
+    lowered = name.lower()
+    for category, words in _CATEGORY_WORDS:
+        if any(word in lowered for word in words):
+            return category
+    return "elementwise / other"
+
+
+def _categories(trace: Trace) -> dict[str, float]:
+    totals: dict[str, float] = defaultdict(float)
+    for op in trace.top_ops():
+        totals[op_category(op.name)] += op.dur
+    whole = sum(totals.values()) or 1.0
+    return {k: round(v / whole, 4) for k, v in sorted(totals.items(), key=lambda item: -item[1])}
+
+
+def _timeline(trace: Trace) -> tuple[list[TimelineBar], float]:
+    if not trace.steps:
+        return [], 0.0
+    step = trace.steps[0]
+    ops = sorted((o for o in trace.top_ops() if o.step == 0), key=lambda o: -o.dur)[:TIMELINE_BARS]
+    bars = [TimelineBar(name=o.name, category=op_category(o.name), start=round((o.ts - step.ts) / step.dur, 5),
+                        width=round(o.dur / step.dur, 5)) for o in sorted(ops, key=lambda o: o.ts)]
+    return bars, step.dur / 1000.0
+
+
+def summarize_performance(ev: Evidence) -> Performance | None:
+    step_ms = ev.step_ms
+    if not step_ms:
+        return None
+    performance = Performance(steps_per_s=round(1000.0 / step_ms, 3))
+    if ev.target.batch_size:
+        performance.samples_per_s = round(ev.target.batch_size * 1000.0 / step_ms, 2)
+    if ev.flops is not None and ev.flops.total:
+        performance.achieved_tflops = round(ev.flops.total / (step_ms / 1000.0) / 1e12, 5)
+        name = ev.env.device_name if ev.env is not None else ""
+        peak = next((v for k, v in PEAK_TFLOPS.items() if ev.on_cuda and k in name), None)
+        if peak is not None:
+            performance.peak_tflops = peak
+            performance.peak_share = round(performance.achieved_tflops / peak, 5)
+            performance.peak_note = f"of the {name}'s dense bf16/fp16 peak ({peak:g} TFLOP/s)"
+        else:
+            performance.peak_note = "the device's peak is not in advisor's table" if ev.on_cuda else \
+                "no peak is listed for CPUs"
+    return performance

@@ -1,0 +1,105 @@
+"""The HTML report in a real headless Chromium: renders, no errors, no network, state survives reload."""
+
+from __future__ import annotations
+
+import struct
+import zlib
+
+import pytest
+
+from browser import Browser, chromium_path
+from conftest import audit, write_model
+
+pytestmark = pytest.mark.skipif(chromium_path() is None, reason="no chromium here (.ci/run installs it)")
+
+
+@pytest.fixture(scope="module")
+def browser():
+    session = Browser()
+    yield session
+    session.close()
+
+
+@pytest.fixture(scope="module")
+def report_page(sample_audit, tmp_path_factory):
+    result = sample_audit("host_sync")
+    path = tmp_path_factory.mktemp("page") / "host_sync.html"
+    result.report.save(str(path))
+    return path
+
+
+def test_the_report_renders_offline_without_errors(browser, report_page):
+    browser.open(report_page.as_uri())
+    assert browser.evaluate("document.querySelectorAll('section.finding').length") == 1
+    assert browser.evaluate("document.querySelectorAll('svg.chart').length") >= 2
+    assert browser.console_errors() == []
+    remote = [url for url in browser.requested_urls() if not url.startswith(("file:", "data:"))]
+    assert remote == []
+
+
+def test_a_checked_box_survives_a_reload(browser, report_page):
+    browser.open(report_page.as_uri())
+    assert browser.evaluate("document.querySelector('input[data-finding]').checked") is False
+    browser.evaluate("document.querySelector('input[data-finding]').click()")
+    browser.reload()
+    assert browser.evaluate("document.querySelector('input[data-finding]').checked") is True
+    browser.evaluate("document.querySelector('input[data-finding]').click()")  # leave the profile clean
+    browser.reload()
+    assert browser.evaluate("document.querySelector('input[data-finding]').checked") is False
+
+
+def test_hostile_names_stay_text_in_the_browser(browser, tmp_path):
+    path = write_model(tmp_path, """
+        import torch
+        def _forward(self, x):
+            y = self.lin(x)
+            if y.sum() > 0:  # <img src=x onerror=alert(1)>
+                y = y * 2
+            return y
+        Hostile = type("<script>window.injected=1</script>", (torch.nn.Module,), {"forward": _forward})
+        def get_model():
+            model = Hostile()
+            model.lin = torch.nn.Linear(2, 2)
+            return model
+        def get_inputs(): return torch.ones(1, 2)
+    """)
+    page = tmp_path / "hostile.html"
+    audit(path, tmp_path / "out").report.save(str(page))
+    browser.open(page.as_uri())
+    assert browser.evaluate("document.querySelectorAll('script').length") == 1  # ours only
+    assert browser.evaluate("document.querySelectorAll('img').length") == 0
+    assert browser.evaluate("window.injected === undefined") is True
+    assert browser.evaluate("document.body.innerText.includes('<script>window.injected=1</script>')") is True
+
+
+def test_screenshot_is_not_blank(browser, report_page):
+    browser.open(report_page.as_uri())
+    colours = _distinct_colours(browser.screenshot())
+    assert colours > 50, f"the page looks blank or broken ({colours} distinct colours)"
+    blank = report_page.with_name("blank.html")
+    blank.write_text("<!DOCTYPE html><html><body></body></html>")
+    browser.open(blank.as_uri())
+    assert _distinct_colours(browser.screenshot()) < 5  # the check itself tells a blank page apart
+
+
+def _distinct_colours(png: bytes) -> int:
+    """Distinct RGB(A) pixel values of a PNG, sampled (a blank page has one or two)."""
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    offset, chunks, width, height, channels = 8, [], 0, 0, 4
+    while offset < len(png):
+        length, kind = struct.unpack(">I4s", png[offset:offset + 8])
+        data = png[offset + 8:offset + 8 + length]
+        if kind == b"IHDR":
+            width, height, depth, colour = struct.unpack(">IIBB", data[:10])
+            channels = {2: 3, 6: 4}.get(colour, 4)
+        elif kind == b"IDAT":
+            chunks.append(data)
+        offset += 12 + length
+    raw = zlib.decompress(b"".join(chunks))
+    stride = width * channels + 1
+    colours = set()
+    for row in range(0, height, max(1, height // 200)):
+        line = raw[row * stride + 1:(row + 1) * stride]  # unfiltering skipped: distinct bytes still differ
+        for x in range(0, len(line) - channels, channels * max(1, width // 200)):
+            colours.add(line[x:x + channels])
+    return len(colours)
