@@ -14,7 +14,7 @@ from typing import Any, Callable
 import torch
 
 from advisor import __version__
-from advisor.audit import build_evidence
+from advisor.pipeline import build_evidence
 from advisor.capture.supervisor import CaptureRun, StageOutcome
 from advisor.capture.worker import STAGES, describe_target, run_stage
 from advisor.engine import check_disabled, load_rules, parse_settings, run_rules

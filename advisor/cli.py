@@ -1,4 +1,4 @@
-"""The command line: ``advisor audit``, ``advisor rules [explain SLUG]``."""
+"""The command line: ``advisor audit``, ``analyze``, ``diff``, ``rules [explain SLUG]``."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import click
 
 from advisor import __version__
 from advisor.analyze import AnalyzeOptions, run_analyze
-from advisor.audit import AuditOptions, run_audit
+from advisor.pipeline import AuditOptions, run_audit
 from advisor.engine import SettingError, load_rules
 from advisor.report.terminal import print_problems, print_summary
 from advisor.report.write import FORMATS, write_reports

@@ -62,6 +62,9 @@ class Severity(str, enum.Enum):
 _SEVERITY_RANK = {Severity.INFO: 0, Severity.LOW: 1, Severity.MEDIUM: 2, Severity.HIGH: 3}
 
 
+SNIPPET_CONTEXT = 2  # source lines shown above and below a location
+
+
 class Location(BaseModel):
     """A place in the user's source: file, line and the text of that line."""
 
@@ -71,6 +74,7 @@ class Location(BaseModel):
     function: str = ""
     count_per_step: float | None = None
     note: str = ""
+    snippet: list[tuple[int, str]] = Field(default_factory=list, description="numbered source lines around it")
 
     def label(self) -> str:
         if not self.file:
@@ -81,7 +85,13 @@ class Location(BaseModel):
     def at(cls, file: str, line: int, **fields: Any) -> "Location":
         """A location with its code line read from the source file (when it can be read)."""
         code = linecache.getline(file, line).strip() if file and line > 0 else ""
-        return cls(file=file, line=line, code=fields.pop("code", "") or code, **fields)
+        snippet = []
+        if file and line > 0:
+            for number in range(max(1, line - SNIPPET_CONTEXT), line + SNIPPET_CONTEXT + 1):
+                text = linecache.getline(file, number)
+                if text:
+                    snippet.append((number, text.rstrip("\n")))
+        return cls(file=file, line=line, code=fields.pop("code", "") or code, snippet=snippet, **fields)
 
 
 class Fix(BaseModel):

@@ -28,7 +28,7 @@ from torch.utils import benchmark
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from advisor.audit import AuditOptions, run_audit  # noqa: E402
+from advisor.pipeline import AuditOptions, run_audit  # noqa: E402
 from advisor.capture.step import make_step  # noqa: E402
 from advisor.engine import load_rules  # noqa: E402
 from advisor.target import load_target  # noqa: E402

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from advisor.audit import AuditOptions, AuditResult, run_audit
+from advisor.pipeline import AuditOptions, AuditResult, run_audit
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "samples"
