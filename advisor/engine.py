@@ -167,5 +167,6 @@ def run_rules(
 
 
 def _order(finding: Finding) -> tuple:
+    """By measured impact (share of the step), then severity: what costs most comes first."""
     severity = finding.severity or Severity.INFO
-    return (-severity.rank, -(finding.impact or 0.0), finding.code)
+    return (-(finding.impact or 0.0), -severity.rank, finding.code)
