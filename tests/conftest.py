@@ -15,6 +15,23 @@ SAMPLES = ROOT / "samples"
 SHARED_TRACES = ROOT.parent / "shared" / "traces" / "hta"
 
 
+# A model whose class name, source line and output carry markup: reports must keep it text.
+HOSTILE_MODEL = """
+    import torch
+    def _forward(self, x):
+        y = self.lin(x)
+        if y.sum() > 0:  # <img src=x onerror=alert(1)>
+            print("<script>alert('stdout')</script>")
+        return y
+    Hostile = type("<script>alert('class')</script>", (torch.nn.Module,), {"forward": _forward})
+    def get_model():
+        model = Hostile()
+        model.lin = torch.nn.Linear(2, 2)
+        return model
+    def get_inputs(): return torch.ones(1, 2)
+"""
+
+
 def write_model(directory: Path, source: str, name: str = "model.py") -> Path:
     path = directory / name
     path.write_text(textwrap.dedent(source).lstrip(), encoding="utf-8")

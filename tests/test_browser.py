@@ -8,7 +8,7 @@ import zlib
 import pytest
 
 from browser import Browser, chromium_path
-from conftest import audit, write_model
+from conftest import HOSTILE_MODEL, audit, write_model
 
 pytestmark = pytest.mark.skipif(chromium_path() is None, reason="no chromium here (.ci/run installs it)")
 
@@ -49,27 +49,14 @@ def test_a_checked_box_survives_a_reload(browser, report_page):
 
 
 def test_hostile_names_stay_text_in_the_browser(browser, tmp_path):
-    path = write_model(tmp_path, """
-        import torch
-        def _forward(self, x):
-            y = self.lin(x)
-            if y.sum() > 0:  # <img src=x onerror=alert(1)>
-                y = y * 2
-            return y
-        Hostile = type("<script>window.injected=1</script>", (torch.nn.Module,), {"forward": _forward})
-        def get_model():
-            model = Hostile()
-            model.lin = torch.nn.Linear(2, 2)
-            return model
-        def get_inputs(): return torch.ones(1, 2)
-    """)
+    path = write_model(tmp_path, HOSTILE_MODEL)
     page = tmp_path / "hostile.html"
     audit(path, tmp_path / "out").report.save(str(page))
     browser.open(page.as_uri())
     assert browser.evaluate("document.querySelectorAll('script').length") == 1  # ours only
     assert browser.evaluate("document.querySelectorAll('img').length") == 0
-    assert browser.evaluate("window.injected === undefined") is True
-    assert browser.evaluate("document.body.innerText.includes('<script>window.injected=1</script>')") is True
+    assert browser.evaluate("document.body.innerText.includes(\"<script>alert('class')</script>\")") is True
+    assert browser.evaluate("document.body.innerText.includes('<img src=x onerror=alert(1)>')") is True
 
 
 def test_screenshot_is_not_blank(browser, report_page):

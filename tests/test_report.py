@@ -9,7 +9,7 @@ import sys
 
 from advisor.report.html import render_html
 from advisor.report.model import SCHEMA_VERSION, Report
-from conftest import SAMPLES, audit, line_of, write_model
+from conftest import HOSTILE_MODEL, SAMPLES, audit, line_of, write_model
 
 
 def test_json_round_trips_through_the_schema(sample_audit):
@@ -40,20 +40,7 @@ def test_html_is_self_contained(sample_audit):
 
 
 def test_hostile_names_from_the_model_stay_text(tmp_path):
-    path = write_model(tmp_path, """
-        import torch
-        def _forward(self, x):
-            y = self.lin(x)
-            if y.sum() > 0:  # <img src=x onerror=alert(1)>
-                print("<script>alert('stdout')</script>")
-            return y
-        Hostile = type("<script>alert('class')</script>", (torch.nn.Module,), {"forward": _forward})
-        def get_model():
-            model = Hostile()
-            model.lin = torch.nn.Linear(2, 2)
-            return model
-        def get_inputs(): return torch.ones(1, 2)
-    """)
+    path = write_model(tmp_path, HOSTILE_MODEL)
     result = audit(path, tmp_path / "out")
     assert result.report.target.model_class == "<script>alert('class')</script>"
     assert result.report.findings, "the hostile line must reach the report through a finding"

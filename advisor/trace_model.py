@@ -1,0 +1,223 @@
+"""The trace data model: CPU ops, annotated user calls, GPU activity, steps — and queries on them.
+
+Built by ``advisor.kineto.parse_trace``; rules read it. Times are microseconds.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+from typing import Iterable
+
+
+@dataclass(slots=True)
+class SourceRef:
+    file: str
+    line: int
+    api: str = ""  # the torch API the user called on that line ("Tensor.item", "linear")
+    exact: bool = True  # False when only the enclosing function is known (python frame)
+
+
+@dataclass(slots=True)
+class Op:
+    name: str
+    ts: float
+    dur: float
+    tid: int
+    self_dur: float = 0.0
+    step: int | None = None
+    depth: int = 0  # number of enclosing CPU ops
+    parent: int | None = None  # index into Trace.ops of the enclosing CPU op
+    index: int = -1  # its own position in Trace.ops
+    src: SourceRef | None = None
+    call: int | None = None  # index into Trace.calls of the annotated user call that ran it
+    input_dims: list | tuple = ()
+    input_types: list | tuple = ()
+    input_strides: list | tuple = ()
+    concrete_inputs: list | tuple = ()  # scalar arguments as text ("False", "[1, 2]")
+
+
+@dataclass(slots=True)
+class SourceCall:
+    """One torch API call made from the user's code, as annotated by advisor's profiling run."""
+
+    api: str
+    file: str
+    line: int
+    ts: float
+    dur: float
+    tid: int
+    step: int | None = None
+    ops: list[int] = field(default_factory=list)  # indices of every op it ran, nested ones too
+
+
+@dataclass(slots=True)
+class DeviceEvent:
+    cat: str
+    name: str
+    ts: float
+    dur: float
+    stream: int | None = None
+    correlation: int | None = None
+    step: int | None = None
+    tid: int | None = None  # host thread, for runtime calls
+    bytes: int = 0  # copies and memsets
+    args: dict = field(default_factory=dict)  # kept only for collectives (their NCCL metadata)
+
+
+@dataclass(slots=True)
+class Span:
+    name: str
+    ts: float
+    dur: float
+
+    @property
+    def end(self) -> float:
+        return self.ts + self.dur
+
+
+@dataclass
+class Trace:
+    path: str
+    steps: list[Span] = field(default_factory=list)
+    ops: list[Op] = field(default_factory=list)
+    calls: list[SourceCall] = field(default_factory=list)
+    kernels: list[DeviceEvent] = field(default_factory=list)
+    memcpy: list[DeviceEvent] = field(default_factory=list)
+    runtime: list[DeviceEvent] = field(default_factory=list)  # cuda_runtime / cuda_driver calls
+    device_properties: list[dict] = field(default_factory=list)
+    distributed_info: dict = field(default_factory=dict)
+    source_annotated: bool = False
+    _by_tid: dict[int, tuple[list[float], list[Op]]] | None = field(default=None, repr=False, compare=False)
+    _children: dict[int, list[int]] | None = field(default=None, repr=False, compare=False)
+    _activity: list[DeviceEvent] | None = field(default=None, repr=False, compare=False)
+    _launches: dict[int, DeviceEvent] | None = field(default=None, repr=False, compare=False)
+    _activity_starts: list[float] = field(default_factory=list, repr=False, compare=False)
+    _longest_activity: float = field(default=0.0, repr=False, compare=False)
+
+    @property
+    def has_gpu(self) -> bool:
+        return bool(self.kernels or self.memcpy)
+
+    @property
+    def step_count(self) -> int:
+        return max(len(self.steps), 1)
+
+    def mean_step_us(self) -> float:
+        if self.steps:
+            return sum(s.dur for s in self.steps) / len(self.steps)
+        if not self.ops:
+            return 0.0
+        return max(o.ts + o.dur for o in self.ops) - min(o.ts for o in self.ops)
+
+    def median_per_step(self, items: Iterable[Op]) -> float:
+        """Median over the profiled steps of the summed duration of ``items`` (µs).
+
+        A median, not a mean: one step disturbed by the machine must not set the figure.
+        Without step markers, the total.
+        """
+        if not self.steps:
+            return sum(item.dur for item in items)
+        totals = [0.0] * len(self.steps)
+        for item in items:
+            if item.step is not None:
+                totals[item.step] += item.dur
+        totals.sort()
+        middle = len(totals) // 2
+        return totals[middle] if len(totals) % 2 else (totals[middle - 1] + totals[middle]) / 2
+
+    def gpu_gaps(self, span: Span) -> tuple[float, list[tuple[float, float, DeviceEvent | None]]]:
+        """GPU busy µs within ``span`` and its idle gaps (start, end, the activity that ended each gap).
+
+        Counts every kernel, copy and memset running inside the span, whichever step launched
+        it: the GPU runs behind the host, so a step's kernels mostly execute in later spans.
+        """
+        if self._activity is None:
+            self._activity = sorted((*self.kernels, *self.memcpy), key=lambda e: e.ts)
+            self._activity_starts = [e.ts for e in self._activity]
+            self._longest_activity = max((e.dur for e in self._activity), default=0.0)
+        first = bisect.bisect_left(self._activity_starts, span.ts - self._longest_activity)
+        last = bisect.bisect_left(self._activity_starts, span.end)
+        busy, gaps, cursor = 0.0, [], span.ts
+        for event in self._activity[first:last]:
+            if event.ts + event.dur <= span.ts:
+                continue
+            start, end = max(event.ts, span.ts), min(event.ts + event.dur, span.end)
+            if start > cursor:
+                gaps.append((cursor, start, event))
+            if end > cursor:
+                busy += end - max(start, cursor)
+                cursor = end
+        if span.end > cursor:
+            gaps.append((cursor, span.end, None))
+        return busy, gaps
+
+    def step_ops(self) -> list[Op]:
+        """Ops inside a profiled step (all ops when the trace has no step markers)."""
+        if not self.steps:
+            return self.ops
+        return [o for o in self.ops if o.step is not None]
+
+    def enclosing_op(self, tid: int | None, ts: float) -> Op | None:
+        """The innermost CPU op on thread ``tid`` running at ``ts`` (e.g. around a CUDA API call).
+
+        A binary search for the last op starting at or before ``ts``, then up its parents to the
+        first that is still running: ops nest, so that is the innermost one.
+        """
+        if self._by_tid is None:
+            self._by_tid = {}
+            for op in self.ops:
+                self._by_tid.setdefault(op.tid, ([], []))
+                self._by_tid[op.tid][0].append(op.ts)
+                self._by_tid[op.tid][1].append(op)
+            for starts, ops in self._by_tid.values():
+                order = sorted(range(len(ops)), key=lambda i: (starts[i], -ops[i].dur))
+                starts[:] = [starts[i] for i in order]
+                ops[:] = [ops[i] for i in order]
+        starts, ops = self._by_tid.get(tid, ((), ()))
+        index = bisect.bisect_right(starts, ts) - 1
+        if index < 0:
+            return None
+        op: Op | None = ops[index]
+        while op is not None and not (op.ts <= ts <= op.ts + op.dur):
+            op = self.ops[op.parent] if op.parent is not None else None
+        return op
+
+    def launch_of(self, event: DeviceEvent) -> DeviceEvent | None:
+        """The runtime call (cudaLaunchKernel, cudaMemcpyAsync, ...) that issued a GPU event."""
+        if self._launches is None:
+            self._launches = {r.correlation: r for r in self.runtime if r.correlation is not None}
+        return self._launches.get(event.correlation)
+
+    def launching_op(self, event: DeviceEvent) -> Op | None:
+        """The innermost CPU op that issued a GPU event (through its runtime call)."""
+        launch = self.launch_of(event)
+        return self.enclosing_op(launch.tid, launch.ts) if launch is not None else None
+
+    def place(self, op: Op | None, fallback: str = "") -> tuple[str, int, str]:
+        """Where to point a user: (file, line, framework op) — file and line empty when unknown."""
+        if op is None:
+            return "", 0, fallback
+        name = self.outermost(op).name
+        if op.src is not None:
+            return op.src.file, op.src.line, name
+        return "", 0, name
+
+    def children(self, op: Op) -> list[Op]:
+        """The ops dispatched directly by ``op``."""
+        if self._children is None:
+            self._children = {}
+            for other in self.ops:
+                if other.parent is not None:
+                    self._children.setdefault(other.parent, []).append(other.index)
+        return [self.ops[i] for i in self._children.get(op.index, ())]
+
+    def outermost(self, op: Op) -> Op:
+        """The framework op a user would recognise (aten::item, not its _local_scalar_dense)."""
+        while op.parent is not None:
+            op = self.ops[op.parent]
+        return op
+
+    def top_ops(self) -> list[Op]:
+        """The ops the framework was asked for, not the ops they dispatch to internally."""
+        return [o for o in self.step_ops() if o.depth == 0]
