@@ -104,6 +104,8 @@ class Target:
     compile_backend: Any = None  # a torch.compile backend, e.g. a graph rewrite
     channels_last: bool = False
     loader_options: dict[str, Any] = field(default_factory=dict)  # DataLoader keyword overrides
+    detect_anomaly: bool | None = None  # override torch.autograd anomaly mode in the step (None: as set)
+    model_transforms: tuple[Callable[[torch.nn.Module], None], ...] = ()  # applied to each fresh copy
 
     @property
     def compiled(self) -> bool:
@@ -112,6 +114,8 @@ class Target:
     def fresh(self) -> tuple[torch.nn.Module, Any, Any]:
         """A deep copy of model and inputs on the audit device, plus its optimizer (if any)."""
         model = copy.deepcopy(self.model).to(self.device)
+        for transform in self.model_transforms:
+            transform(model)
         inputs = tree_map(
             lambda v: v.detach().clone().to(self.device) if isinstance(v, torch.Tensor) else copy.deepcopy(v),
             self.inputs,

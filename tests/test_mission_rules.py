@@ -25,6 +25,10 @@ EXPECTED: dict[str, dict[str, list[str]]] = {
     "gpt_block": {"missing-amp": []},
     "dataloader_workers": {"dataloader-workers": ["def __getitem__"], "dataloader-pin-memory": ["def __getitem__"]},
     "audio_loader": {"dataloader-workers": ["def __getitem__"], "dataloader-pin-memory": ["def __getitem__"]},
+    # samples of the wider rule pack (tests/test_rule_pack.py): no mission rule fires on them
+    "conv_bias_bn": {},
+    "forgot_eval": {},
+    "anomaly_left_on": {},
     # negatives: healthy models, a bf16 model, SDPA, a cheap in-memory loader
     "clean_mlp": {},
     "bf16_weights": {},

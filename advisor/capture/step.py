@@ -22,8 +22,13 @@ def synchronize(device: torch.device) -> None:
 def make_step(target: Target, model: torch.nn.Module, inputs: Any, optimizer: Any) -> Callable[[], Any]:
     """A callable running one whole step on the given (copied) model, inputs and optimizer.
 
-    A fix's autocast (and GradScaler) settings on the target apply here.
+    A fix's autocast (and GradScaler) and anomaly-mode settings on the target apply here.
     """
+    def anomaly():
+        if target.detect_anomaly is None:
+            return contextlib.nullcontext()
+        return torch.autograd.set_detect_anomaly(target.detect_anomaly)
+
     def precision():
         if target.autocast_dtype is None:
             return contextlib.nullcontext()
@@ -31,7 +36,7 @@ def make_step(target: Target, model: torch.nn.Module, inputs: Any, optimizer: An
 
     if target.mode == "inference":
         def inference_step() -> Any:
-            with torch.no_grad(), precision():
+            with torch.no_grad(), anomaly(), precision():
                 return call_model(model, inputs)
         return inference_step
 
@@ -39,20 +44,21 @@ def make_step(target: Target, model: torch.nn.Module, inputs: Any, optimizer: An
     scaler = torch.amp.GradScaler(target.device.type) if target.grad_scaler else None
 
     def training_step() -> Any:
-        with precision():
-            output = call_model(model, inputs)
-            loss = loss_fn(output, inputs) if loss_fn is not None else default_loss(output)
-        if scaler is None:
-            loss.backward()
+        with anomaly():  # covers the backward too
+            with precision():  # forward and loss only, as the AMP recipe says
+                output = call_model(model, inputs)
+                loss = loss_fn(output, inputs) if loss_fn is not None else default_loss(output)
+            if scaler is None:
+                loss.backward()
+                if optimizer is not None:
+                    optimizer.step()
+            else:
+                scaler.scale(loss).backward()
+                if optimizer is not None:
+                    scaler.step(optimizer)
+                scaler.update()
             if optimizer is not None:
-                optimizer.step()
-        else:
-            scaler.scale(loss).backward()
-            if optimizer is not None:
-                scaler.step(optimizer)
-            scaler.update()
-        if optimizer is not None:
-            optimizer.zero_grad()
+                optimizer.zero_grad()
         return loss
     return training_step
 

@@ -1,0 +1,55 @@
+"""Autograd anomaly detection left on.
+
+What it detects:
+    ``torch.autograd.set_detect_anomaly(True)`` (or ``detect_anomaly()``) active while the step
+    runs, read from the environment after the model file was imported.
+
+Why it matters:
+    Anomaly mode records a Python stack trace for every operation of the forward pass and checks
+    every backward result for NaN: a debugging aid that slows training steps several-fold. It is
+    easy to forget after a debugging session.
+
+How to fix:
+    Remove the call, or guard it behind a debug flag.
+
+Example:
+    Before::
+
+        torch.autograd.set_detect_anomaly(True)
+
+    After::
+
+        torch.autograd.set_detect_anomaly(os.environ.get("DEBUG_NAN") == "1")
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from advisor.evidence import Evidence
+from advisor.rule import Finding, Fix, Layer, Severity, Thresholds, rule
+
+
+@rule(slug="anomaly-detection", code="ADV113", layer=Layer.RUNTIME, severity=Severity.HIGH)
+def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
+    if ev.env is None or not ev.env.anomaly_detection:
+        return
+    training = ev.target.mode == "train"
+    yield Finding(
+        severity=Severity.HIGH if training else Severity.LOW,
+        message=("autograd anomaly detection is on: every op records a stack trace and every backward result is "
+                 "checked for NaN" + ("" if training else " (it costs most in training; this audit is inference)")),
+        evidence={"anomaly_detection": True, "mode": ev.target.mode},
+        fix=Fix(summary="remove torch.autograd.set_detect_anomaly(True), or enable it only behind a debug flag",
+                before="torch.autograd.set_detect_anomaly(True)",
+                after='torch.autograd.set_detect_anomaly(os.environ.get("DEBUG_NAN") == "1")',
+                docs=["https://pytorch.org/docs/stable/autograd.html#anomaly-detection"]),
+    )
+
+
+@check.fix(tolerance=1e-6, what="anomaly detection off in the step")
+def fix(target, finding):
+    """Run the step with anomaly mode off: the same math, without the bookkeeping."""
+    import dataclasses
+
+    return dataclasses.replace(target, detect_anomaly=False)

@@ -1,0 +1,57 @@
+"""The wider rule pack: anomaly-detection, train-mode-inference, conv-bias-before-bn."""
+
+from __future__ import annotations
+
+import pytest
+
+from advisor.engine import load_rules
+from advisor.rule import FixSpec, Severity
+from advisor.target import load_target
+from advisor.verify.run import Budget, verify_one
+from conftest import SAMPLES
+
+HEALTHY = ("clean_mlp", "bf16_weights", "train_with_loader")
+
+
+@pytest.mark.parametrize("sample", HEALTHY)
+def test_healthy_samples_get_no_finding_from_any_rule(sample_audit, sample):
+    assert sample_audit(sample).report.findings == []
+
+
+def _slugs(result) -> set[str]:
+    return {f.slug for f in result.report.findings}
+
+
+def test_anomaly_detection_left_on_is_high_in_training_and_its_fix_is_measured(sample_audit):
+    result = sample_audit("anomaly_left_on")
+    [finding] = [f for f in result.report.findings if f.slug == "anomaly-detection"]
+    assert finding.severity == Severity.HIGH and result.evidence.env.anomaly_detection
+    spec: FixSpec = load_rules().get("anomaly-detection").fix_spec
+    verdict = verify_one(load_target(str(SAMPLES / "anomaly_left_on.py")), [(finding, spec)], Budget(6),
+                         lambda text: None, "anomaly")
+    assert verdict.status == "verified" and verdict.max_rel_error <= 1e-6  # same math, no bookkeeping
+    assert "anomaly-detection" not in _slugs(sample_audit("train_with_loader"))
+
+
+def test_a_model_left_in_training_mode_for_inference(sample_audit):
+    result = sample_audit("forgot_eval")
+    [finding] = [f for f in result.report.findings if f.slug == "train-mode-inference"]
+    assert finding.evidence["kinds"] == {"BatchNorm1d": 1, "Dropout": 1}
+    assert "model.eval()" in finding.fix.summary
+    # negatives: eval() models, and a train-mode model without Dropout/BatchNorm (host_sync's GatedMLP)
+    assert result.evidence.target.training_flag is True
+    for sample in ("missing_amp", "host_sync"):
+        assert "train-mode-inference" not in _slugs(sample_audit(sample))
+
+
+def test_conv_bias_before_batchnorm_and_the_exact_fold(sample_audit):
+    result = sample_audit("conv_bias_bn")
+    [finding] = [f for f in result.report.findings if f.slug == "conv-bias-before-bn"]
+    assert finding.evidence["pairs"] == ["0.0 -> 0.1", "1.0 -> 1.1"]
+    assert [loc.label() for loc in finding.locations] == ["in module 0.0", "in module 1.0"]  # no user frame here
+    spec = load_rules().get("conv-bias-before-bn").fix_spec
+    verdict = verify_one(load_target(str(SAMPLES / "conv_bias_bn.py")), [(finding, spec)], Budget(4),
+                         lambda text: None, "fold")
+    assert verdict.status != "numerics-failed" and verdict.max_rel_error <= 1e-4  # the fold is exact
+    assert "conv-bias-before-bn" not in _slugs(sample_audit("resnet_style"))  # bias=False already
+    assert "conv-bias-before-bn" not in _slugs(sample_audit("dataloader_workers"))  # conv -> ReLU, no BN
