@@ -34,6 +34,22 @@ def _formats(value: str) -> tuple[str, ...]:
     return chosen
 
 
+def _report_options(command):
+    """The options audit and analyze share: where reports go, which rules, when to fail."""
+    for option in reversed([
+        click.option("--out", "out_dir", default="reports", show_default=True, help="Folder for the reports."),
+        click.option("--format", "formats", default="html,json", show_default=True,
+                     help="Comma-separated: html,json,md,sarif."),
+        click.option("--rules", "rule_dirs", multiple=True, type=click.Path(), help="Extra folder of rule files."),
+        click.option("--set", "settings", multiple=True, metavar="SLUG.THRESHOLD=VALUE", help="Override a threshold."),
+        click.option("--disable", "disabled", multiple=True, metavar="SLUG", help="Turn a rule off."),
+        click.option("--fail-on", type=click.Choice([s.value for s in Severity]), default="high", show_default=True,
+                     help="Exit 1 when a finding is at or above this severity."),
+    ]):
+        command = option(command)
+    return command
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="advisor")
 def cli() -> None:
@@ -42,18 +58,12 @@ def cli() -> None:
 
 @cli.command()
 @click.argument("model_file", type=click.Path(dir_okay=False))
-@click.option("--out", "out_dir", default="reports", show_default=True, help="Folder for the reports and trace.")
-@click.option("--format", "formats", default="html,json", show_default=True, help="Comma-separated: html,json,md,sarif.")
+@_report_options
 @click.option("--mode", type=click.Choice(["auto", "train", "inference"]), default="auto", show_default=True,
               help="auto: train when the file defines get_optimizer, else inference.")
 @click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda[:N].")
 @click.option("--timeout", type=click.FloatRange(min=1), default=300, show_default=True,
               help="Seconds each stage may run before it is stopped.")
-@click.option("--rules", "rule_dirs", multiple=True, type=click.Path(), help="Extra folder of rule files.")
-@click.option("--set", "settings", multiple=True, metavar="SLUG.THRESHOLD=VALUE", help="Override a threshold.")
-@click.option("--disable", "disabled", multiple=True, metavar="SLUG", help="Turn a rule off.")
-@click.option("--fail-on", type=click.Choice([s.value for s in Severity]), default="high", show_default=True,
-              help="Exit 1 when a finding is at or above this severity.")
 @click.option("--verify/--no-verify", default=True, help="Verify fixes by measurement (when available).")
 @click.option("--budget", type=click.FloatRange(min=0), default=120, show_default=True,
               help="Seconds for fix verification.")
@@ -88,13 +98,7 @@ def audit(model_file, out_dir, formats, mode, device, timeout, rule_dirs, settin
 
 @cli.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
-@click.option("--out", "out_dir", default="reports", show_default=True, help="Folder for the reports.")
-@click.option("--format", "formats", default="html,json", show_default=True, help="Comma-separated: html,json,md,sarif.")
-@click.option("--rules", "rule_dirs", multiple=True, type=click.Path(), help="Extra folder of rule files.")
-@click.option("--set", "settings", multiple=True, metavar="SLUG.THRESHOLD=VALUE", help="Override a threshold.")
-@click.option("--disable", "disabled", multiple=True, metavar="SLUG", help="Turn a rule off.")
-@click.option("--fail-on", type=click.Choice([s.value for s in Severity]), default="high", show_default=True,
-              help="Exit 1 when a finding is at or above this severity.")
+@_report_options
 @click.option("--debug", is_flag=True, help="Show tracebacks of failures.")
 def analyze(paths, out_dir, formats, rule_dirs, settings, disabled, fail_on, debug) -> None:
     """Audit recorded Kineto traces (.json / .json.gz, or a folder of per-rank traces)."""
@@ -114,8 +118,7 @@ def analyze(paths, out_dir, formats, rule_dirs, settings, disabled, fail_on, deb
     written = write_reports(result.report, out_dir, result.stem, chosen)
     print_problems(result.report, paths[0], debug)
     print_summary(result.report, written)
-    threshold = Severity(fail_on).rank
-    sys.exit(1 if result.report.worst_severity_rank() >= threshold else 0)
+    sys.exit(result.report.exit_code(fail_on))
 
 
 @cli.command()

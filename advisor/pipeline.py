@@ -16,7 +16,7 @@ from advisor.evidence import DataLoaderInfo, Environment, Evidence, FlopCount, G
 from advisor.kineto import TraceFormatError, parse_trace
 from advisor.report.model import ModelOutput, Report, RuleProblemRecord, StageRecord, VerificationSettings
 from advisor.report.summarize import summarize_graph, summarize_performance, summarize_trace
-from advisor.rule import Severity, Verification
+from advisor.rule import Verification
 
 # Failures of these kinds leave the audit incomplete (exit 2); "unsupported" ones are noted only.
 FAILING_KINDS = ("user-code", "timeout", "crash", "internal")
@@ -50,10 +50,7 @@ class AuditResult:
         return any(e.kind in FAILING_KINDS for e in self.report.errors)
 
     def exit_code(self, fail_on: str) -> int:
-        if self.failed:
-            return 2
-        threshold = Severity(fail_on).rank
-        return 1 if self.report.worst_severity_rank() >= threshold else 0
+        return self.report.exit_code(fail_on, failed=self.failed)
 
 
 def run_audit(options: AuditOptions, progress: Callable[[str], None] = lambda text: None,

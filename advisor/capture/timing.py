@@ -45,9 +45,11 @@ def time_steps(
         step()
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-        timer, measure = "cuda-event", _cuda_event_timer(step, device)
-    else:
-        timer, measure = "perf_counter", _host_timer(step)
+    timer = "cuda-event" if device.type == "cuda" else "perf_counter"
+    timed = timer_for(device)
+
+    def measure() -> float:
+        return timed(step)
     samples: list[float] = []
     started = time.perf_counter()
     while len(samples) < max_samples:
@@ -62,21 +64,20 @@ def time_steps(
     return summarize(samples, timer, warmup)
 
 
-def _host_timer(step: Callable[[], Any]) -> Callable[[], float]:
-    def measure() -> float:
+def timer_for(device: torch.device) -> Callable[[Callable[[], Any]], float]:
+    """Milliseconds of one synchronized call: CUDA events on GPU, perf_counter on CPU."""
+    if device.type == "cuda":
+        def cuda_time(fn: Callable[[], Any]) -> float:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            torch.cuda.synchronize(device)
+            return start.elapsed_time(end)
+        return cuda_time
+
+    def host_time(fn: Callable[[], Any]) -> float:
         begin = time.perf_counter_ns()
-        step()
+        fn()
         return (time.perf_counter_ns() - begin) / 1e6
-    return measure
-
-
-def _cuda_event_timer(step: Callable[[], Any], device: torch.device) -> Callable[[], float]:
-    def measure() -> float:
-        start = torch.cuda.Event(enable_timing=True)
-        end = torch.cuda.Event(enable_timing=True)
-        start.record()
-        step()
-        end.record()
-        torch.cuda.synchronize(device)
-        return start.elapsed_time(end)
-    return measure
+    return host_time

@@ -129,5 +129,13 @@ class Report(BaseModel):
     def findings_by_layer(self) -> list[tuple[Layer, list[Finding]]]:
         return [(layer, [f for f in self.findings if f.layer == layer]) for layer in Layer]
 
+    def exit_code(self, fail_on: str, failed: bool = False) -> int:
+        """2 when the run itself failed, 1 when a finding is at or above ``fail_on``, else 0."""
+        if failed:
+            return 2
+        from advisor.rule import Severity
+
+        return 1 if self.worst_severity_rank() >= Severity(fail_on).rank else 0
+
     def worst_severity_rank(self) -> int:
         return max((f.severity.rank for f in self.findings if f.severity is not None), default=-1)

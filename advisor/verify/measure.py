@@ -20,6 +20,8 @@ from typing import Any, Callable
 
 import torch
 
+from advisor.capture.timing import timer_for
+
 BOOTSTRAP_RESAMPLES = 2000
 
 
@@ -44,25 +46,6 @@ class ABResult:
         )
         tail = (1 - confidence) / 2
         return medians[int(tail * len(medians))], medians[min(len(medians) - 1, int((1 - tail) * len(medians)))]
-
-
-def timer_for(device: torch.device) -> Callable[[Callable[[], Any]], float]:
-    """Milliseconds of one synchronized call: CUDA events on GPU, perf_counter on CPU."""
-    if device.type == "cuda":
-        def cuda_time(fn: Callable[[], Any]) -> float:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            torch.cuda.synchronize(device)
-            return start.elapsed_time(end)
-        return cuda_time
-
-    def host_time(fn: Callable[[], Any]) -> float:
-        begin = time.perf_counter_ns()
-        fn()
-        return (time.perf_counter_ns() - begin) / 1e6
-    return host_time
 
 
 WARM_CALL_BELOW_MS = 50.0  # slower steps stream their data anyway: no warm-up call needed
