@@ -29,6 +29,8 @@ class TargetInfo(BaseModel):
     optimizer_options: dict[str, Any] = Field(default_factory=dict)
     has_dataloader: bool = False
     autocast: str | None = Field(default=None, description="autocast dtype active in the step, if any")
+    module_types: dict[str, int] = Field(default_factory=dict, description="module class -> count in the model")
+    optimizer_param_tensors: int = Field(default=0, description="parameter tensors the optimizer updates")
 
 
 class Environment(BaseModel):
@@ -91,6 +93,8 @@ class GraphNode(BaseModel):
     dtype: str | None = None
     contiguous: bool | None = None
     channels_last: bool | None = None
+    device: str | None = None
+    constants: list[str] = Field(default_factory=list, description="non-tensor arguments, as short text")
     module_path: str = ""
     module_type: str = ""
     file: str = ""
@@ -159,6 +163,32 @@ class DataLoaderInfo(BaseModel):
     source_line: int = 0
 
 
+class CallSite(BaseModel):
+    """A call of a watched API (torch.save, empty_cache, zero_grad, debug tools) from user code."""
+
+    api: str
+    file: str
+    line: int
+    code: str = ""
+    runtime: bool = Field(description="seen running inside the audited step (False: found in the source text)")
+    count: int = Field(default=1, description="calls in one step (runtime) or occurrences in the source")
+    ms: float = Field(default=0.0, description="time spent in these calls during one step (runtime)")
+    arguments: dict[str, str] = Field(default_factory=dict, description="selected arguments, as text")
+    in_loop: bool = Field(default=False, description="static sites: inside a for/while loop")
+
+
+class RoutingGroup(BaseModel):
+    """Sibling modules of one structure fed different token counts: experts behind a router."""
+
+    path: str = Field(description="the container, e.g. layers.3.moe.experts")
+    module_type: str
+    tokens: list[int] = Field(description="tokens routed to each member over the measured forwards")
+    forwards: int = Field(description="forward passes measured")
+    source: str = Field(description="'dataloader' (real batches) or 'synthetic' (get_inputs())")
+    file: str = ""
+    line: int = 0
+
+
 class Evidence(BaseModel):
     """Everything capture learned about one target."""
 
@@ -172,7 +202,14 @@ class Evidence(BaseModel):
     trace: Trace | None = None
     data: DataLoaderInfo | None = None
     flops: FlopCount | None = None
+    calls: list[CallSite] | None = Field(default=None, description="watched API calls; None when not captured")
+    routing: list[RoutingGroup] | None = None
     ranks: list[Trace] = Field(default_factory=list, description="every rank's trace, in an offline analysis")
+
+    def call_sites(self, *apis: str, runtime: bool | None = None) -> list[CallSite]:
+        """Watched calls of these APIs (only those seen running, with ``runtime=True``)."""
+        return [site for site in self.calls or []
+                if site.api in apis and (runtime is None or site.runtime == runtime)]
 
     @property
     def on_cuda(self) -> bool:

@@ -17,7 +17,8 @@ from advisor.trace_model import DeviceEvent, Op, SourceCall, SourceRef, Span, Tr
 from advisor.trace_stream import EventStream, TraceFormatError
 
 __all__ = ["DeviceEvent", "Op", "SourceCall", "SourceRef", "Span", "Trace", "TraceFormatError", "parse_trace",
-           "SOURCE_ANNOTATION", "ANNOTATED_MARKER", "STEP_PREFIX", "SYNC_RUNTIME_CALLS"]
+           "SOURCE_ANNOTATION", "ANNOTATED_MARKER", "STEP_PREFIX", "OPTIMIZER_STEP_PREFIX",
+           "SYNC_RUNTIME_CALLS"]
 
 SOURCE_ANNOTATION = "advisor.src:"
 # Marks a trace recorded with source annotations: there, an op outside every advisor.src span
@@ -29,6 +30,7 @@ SYNC_RUNTIME_CALLS = frozenset({
     "hipStreamSynchronize", "hipDeviceSynchronize", "hipEventSynchronize",
 })
 STEP_PREFIX = "ProfilerStep#"
+OPTIMIZER_STEP_PREFIX = "Optimizer.step#"  # torch.optim's record_function around every step()
 
 # Path fragments that mark a Python frame as library code rather than the user's.
 LIBRARY_MARKERS = ("site-packages/", "dist-packages/", "torch/", "<built-in", "<frozen", "python3.",
@@ -65,6 +67,8 @@ def parse_trace(path: str) -> Trace:
         if cat in HOST_CATEGORIES:
             if name.startswith(STEP_PREFIX):
                 trace.steps.append(Span(name, ts, dur))
+            elif name.startswith(OPTIMIZER_STEP_PREFIX):
+                trace.optimizer_steps.append(Span(name, ts, dur))
             elif name == ANNOTATED_MARKER:
                 trace.source_annotated = True
             else:

@@ -66,3 +66,42 @@ def low_precision(op: Op) -> bool:
 def is_collective(kernel_name: str) -> bool:
     lowered = kernel_name.lower()
     return any(marker in lowered for marker in COLLECTIVE_MARKERS)
+
+
+CONV_MODULES = frozenset({"Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d"})
+CONV_FUNCTIONS = frozenset({"F.conv1d", "F.conv2d", "F.conv3d", "F.conv_transpose1d", "F.conv_transpose2d",
+                            "F.conv_transpose3d", "torch.conv1d", "torch.conv2d", "torch.conv3d"})
+CONV_OPS = frozenset({"aten::convolution", "aten::cudnn_convolution", "aten::mkldnn_convolution",
+                      "aten::_convolution", "aten::miopen_convolution"})
+
+
+def convolution_sites(ev) -> list[tuple[str, int, str]]:
+    """Each convolution of the model once: (file, line, module path or op), graph first, else trace."""
+    sites: dict[tuple[str, int, str], None] = {}
+    if ev.graph is not None:
+        for node in ev.graph.calls():
+            if node.module_type in CONV_MODULES or node.target in CONV_FUNCTIONS:
+                sites[(node.file, node.line, node.module_path or node.target)] = None
+    elif ev.trace is not None:
+        for op in outermost(ev.trace, CONV_OPS):
+            file, line = (op.src.file, op.src.line) if op.src is not None else ("", 0)
+            sites[(file, line, op.name)] = None
+    return list(sites)
+
+
+# Factories whose result depends only on their arguments; with constant arguments, a constant.
+CONSTANT_FACTORIES = frozenset({
+    "tensor", "as_tensor", "arange", "ones", "zeros", "full", "eye", "linspace", "logspace", "scalar_tensor",
+})
+# Never constant even with constant inputs: randomness and uninitialized memory.
+NOT_CONSTANT = ("rand", "normal", "bernoulli", "dropout", "multinomial", "empty", "uniform", "poisson")
+
+
+def is_constant(name: str, is_function: bool, has_inputs: bool, inputs_constant: bool) -> bool:
+    """Whether a graph call yields the same value every step: a factory of constants, or pure ops on them."""
+    name = name.rsplit(".", 1)[-1]
+    if any(word in name for word in NOT_CONSTANT) or (name.endswith("_") and not name.endswith("__")):
+        return False  # random, uninitialized, or in place
+    if not has_inputs:
+        return is_function and name in CONSTANT_FACTORIES
+    return inputs_constant

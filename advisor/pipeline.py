@@ -12,7 +12,8 @@ from advisor.capture.supervisor import CaptureRun, run_capture
 from advisor.capture.worker import VERIFY_STAGES
 from advisor.engine import RuleSet, check_disabled, load_rules, parse_settings, run_rules
 from advisor.errors import StageError
-from advisor.evidence import DataLoaderInfo, Environment, Evidence, FlopCount, GraphCapture, TargetInfo, Timing
+from advisor.evidence import (CallSite, DataLoaderInfo, Environment, Evidence, FlopCount, GraphCapture, RoutingGroup,
+                              TargetInfo, Timing)
 from advisor.kineto import TraceFormatError, parse_trace
 from advisor.report.model import ModelOutput, Report, RuleProblemRecord, StageRecord, VerificationSettings
 from advisor.report.summarize import summarize_graph, summarize_performance, summarize_trace
@@ -134,6 +135,10 @@ def build_evidence(run: CaptureRun, model_file: str) -> tuple[Evidence, list[Sta
         evidence.graph_error = outcome.error.message
     if (text := run.result("flops")) is not None:
         evidence.flops = FlopCount.model_validate_json(text)
+    if (text := run.result("calls")) is not None:
+        evidence.calls = [CallSite.model_validate(site) for site in json.loads(text)]
+    if (text := run.result("routing")) is not None:
+        evidence.routing = [RoutingGroup.model_validate(group) for group in json.loads(text)]
     if (text := run.result("data")) is not None:
         evidence.data = DataLoaderInfo.model_validate_json(text)
     if (text := run.result("trace")) is not None:

@@ -106,6 +106,8 @@ class Target:
     loader_options: dict[str, Any] = field(default_factory=dict)  # DataLoader keyword overrides
     detect_anomaly: bool | None = None  # override torch.autograd anomaly mode in the step (None: as set)
     model_transforms: tuple[Callable[[torch.nn.Module], None], ...] = ()  # applied to each fresh copy
+    step_contexts: tuple[Callable[[], Any], ...] = ()  # context managers entered around each step (flags)
+    optimizer_options: dict[str, Any] = field(default_factory=dict)  # overrides for every param group
 
     @property
     def compiled(self) -> bool:
@@ -128,6 +130,8 @@ class Target:
             optimizer = call_user("load", self.path, "get_optimizer(model)", self.get_optimizer, model)
             if not isinstance(optimizer, torch.optim.Optimizer):
                 raise _fail("load", f"get_optimizer(model) returned {type(optimizer).__name__}, not a torch.optim.Optimizer")
+            if self.optimizer_options:
+                optimizer = _reconfigured(optimizer, self.optimizer_options)
         if self.compiled:
             options = {"mode": self.compile_mode} if self.compile_mode not in (None, "default") else {}
             if self.compile_backend is not None:
@@ -139,6 +143,12 @@ class Target:
         """The user's data loader, rebuilt with ``loader_options`` when a fix set any."""
         loader = call_user("data", self.path, "get_dataloader()", self.get_dataloader)
         return rebuild_loader(loader, **self.loader_options) if self.loader_options else loader
+
+
+def _reconfigured(optimizer: torch.optim.Optimizer, options: dict[str, Any]) -> torch.optim.Optimizer:
+    """The same optimizer class over the same parameter groups, with some options changed."""
+    groups = [{**group, **options} for group in optimizer.param_groups]
+    return type(optimizer)(groups)
 
 
 def _to_channels_last(value: Any) -> Any:

@@ -80,6 +80,7 @@ class Span:
 class Trace:
     path: str
     steps: list[Span] = field(default_factory=list)
+    optimizer_steps: list[Span] = field(default_factory=list)  # torch.optim's Optimizer.step#<class>.step ranges
     ops: list[Op] = field(default_factory=list)
     calls: list[SourceCall] = field(default_factory=list)
     kernels: list[DeviceEvent] = field(default_factory=list)
@@ -122,9 +123,19 @@ class Trace:
         for item in items:
             if item.step is not None:
                 totals[item.step] += item.dur
-        totals.sort()
-        middle = len(totals) // 2
-        return totals[middle] if len(totals) % 2 else (totals[middle - 1] + totals[middle]) / 2
+        return _median(totals)
+
+    def median_span_per_step(self, spans: Iterable[Span]) -> float:
+        """Like ``median_per_step`` for ranges that carry no step: each counts in the step it starts in."""
+        if not self.steps:
+            return sum(span.dur for span in spans)
+        starts = [step.ts for step in self.steps]
+        totals = [0.0] * len(self.steps)
+        for span in spans:
+            index = bisect.bisect_right(starts, span.ts) - 1
+            if index >= 0 and span.ts < self.steps[index].end:
+                totals[index] += span.dur
+        return _median(totals)
 
     def gpu_gaps(self, span: Span) -> tuple[float, list[tuple[float, float, DeviceEvent | None]]]:
         """GPU busy µs within ``span`` and its idle gaps (start, end, the activity that ended each gap).
@@ -221,3 +232,9 @@ class Trace:
     def top_ops(self) -> list[Op]:
         """The ops the framework was asked for, not the ops they dispatch to internally."""
         return [o for o in self.step_ops() if o.depth == 0]
+
+
+def _median(values: list[float]) -> float:
+    values = sorted(values)
+    middle = len(values) // 2
+    return values[middle] if len(values) % 2 else (values[middle - 1] + values[middle]) / 2

@@ -123,7 +123,7 @@ def test_numerics_compare_shapes_and_non_finite_baselines():
 @pytest.mark.slow
 def test_audit_reports_verdicts_combined_speedup_and_budget(tmp_path):
     result = audit(SAMPLES / "non_contiguous.py", tmp_path / "a", verify=True, budget=20)
-    [finding] = result.report.findings
+    [finding] = [f for f in result.report.findings if f.slug == "non-contiguous"]  # channels-last also fires
     assert finding.verification.status == "verified"
     assert FIELDS <= set(finding.verification.model_dump())
     combined = result.report.verification.combined
@@ -134,6 +134,6 @@ def test_audit_reports_verdicts_combined_speedup_and_budget(tmp_path):
     assert "All verified fixes together" in html and f"{combined.speedup:.2f}×" in html
 
     skipped = audit(SAMPLES / "non_contiguous.py", tmp_path / "b", verify=True, budget=0)
-    assert skipped.report.findings[0].verification.status == "skipped"
+    assert {f.verification.status for f in skipped.report.findings} == {"skipped"}
     off = audit(SAMPLES / "non_contiguous.py", tmp_path / "c", verify=False)
-    assert off.report.findings[0].verification is None and not off.report.verification.enabled
+    assert all(f.verification is None for f in off.report.findings) and not off.report.verification.enabled

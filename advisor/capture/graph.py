@@ -65,6 +65,7 @@ def _nodes(index: int, graph_module: torch.fx.GraphModule) -> list[GraphNode]:
             id=f"g{index}:{node.name}", graph=index, op=node.op, target=target_name(node.target),
             args=[f"g{index}:{arg.name}" for arg in node.all_input_nodes],
             module_path=module_path, module_type=module_type, file=file, line=line, code=code,
+            constants=_constants(node),
         )
         if isinstance(value, torch.Tensor):
             _describe_tensor(entry, value)
@@ -78,10 +79,26 @@ def _describe_tensor(entry: GraphNode, value: torch.Tensor) -> None:
         entry.stride = [int(s) for s in value.stride()]
         entry.dtype = str(value.dtype).replace("torch.", "")
         entry.contiguous = bool(value.is_contiguous())
+        entry.device = str(value.device)
         if value.dim() == 4:
             entry.channels_last = bool(value.is_contiguous(memory_format=torch.channels_last))
     except (RuntimeError, TypeError):  # symbolic sizes, sparse layouts
         pass
+
+
+def _constants(node: torch.fx.Node) -> list[str]:
+    """Arguments that are not graph values (dtypes, sizes, flags), as short text; kwargs as name=value."""
+    def text(value: Any) -> str:
+        return repr(value)[:60]
+    found = [text(a) for a in node.args if not isinstance(a, torch.fx.Node) and not _holds_node(a)]
+    found += [f"{k}={text(v)}" for k, v in node.kwargs.items() if not isinstance(v, torch.fx.Node) and not _holds_node(v)]
+    return found
+
+
+def _holds_node(value: Any) -> bool:
+    if isinstance(value, (list, tuple)):
+        return any(isinstance(v, torch.fx.Node) or _holds_node(v) for v in value)
+    return False
 
 
 _OPERATORS = {getattr(operator, n): n for n in ("add", "sub", "mul", "truediv", "floordiv", "matmul",

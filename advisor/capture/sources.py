@@ -31,10 +31,23 @@ _QUIET = {
 
 def user_frame(depth: int = 2) -> tuple[str, int] | None:
     """The innermost frame outside torch and advisor: the user's file and line."""
-    frame = sys._getframe(depth)
+    return user_frame_of(sys._getframe(depth))
+
+
+_STDLIB_DIR = os.path.dirname(os.__file__) + os.sep
+
+
+def user_frame_of(frame: Any) -> tuple[str, int] | None:
+    """The user's frame that made this call: outwards through torch and the standard library.
+
+    None when advisor itself made it (the harness's own ``zero_grad``).
+    """
     while frame is not None:
         filename = frame.f_code.co_filename
-        if not (filename.startswith(_TORCH_DIR) or filename.startswith(_ADVISOR_DIR) or filename.startswith("<")):
+        if filename.startswith(_ADVISOR_DIR):
+            return None
+        if not (filename.startswith(_TORCH_DIR) or filename.startswith("<")
+                or (filename.startswith(_STDLIB_DIR) and "site-packages" not in filename)):
             return filename, frame.f_lineno
         frame = frame.f_back
     return None

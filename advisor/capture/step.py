@@ -22,7 +22,8 @@ def synchronize(device: torch.device) -> None:
 def make_step(target: Target, model: torch.nn.Module, inputs: Any, optimizer: Any) -> Callable[[], Any]:
     """A callable running one whole step on the given (copied) model, inputs and optimizer.
 
-    A fix's autocast (and GradScaler) and anomaly-mode settings on the target apply here.
+    A fix's autocast (and GradScaler), anomaly-mode and step contexts (library flags entered
+    and restored around each call) on the target apply here.
     """
     def anomaly():
         if target.detect_anomaly is None:
@@ -34,9 +35,15 @@ def make_step(target: Target, model: torch.nn.Module, inputs: Any, optimizer: An
             return contextlib.nullcontext()
         return torch.autocast(device_type=target.device.type, dtype=target.autocast_dtype)
 
+    def flags() -> contextlib.ExitStack:
+        stack = contextlib.ExitStack()
+        for context in target.step_contexts:
+            stack.enter_context(context())
+        return stack
+
     if target.mode == "inference":
         def inference_step() -> Any:
-            with torch.no_grad(), anomaly(), precision():
+            with flags(), torch.no_grad(), anomaly(), precision():
                 return call_model(model, inputs)
         return inference_step
 
@@ -44,7 +51,7 @@ def make_step(target: Target, model: torch.nn.Module, inputs: Any, optimizer: An
     scaler = torch.amp.GradScaler(target.device.type) if target.grad_scaler else None
 
     def training_step() -> Any:
-        with anomaly():  # covers the backward too
+        with flags(), anomaly():  # covers the backward too
             with precision():  # forward and loss only, as the AMP recipe says
                 output = call_model(model, inputs)
                 loss = loss_fn(output, inputs) if loss_fn is not None else default_loss(output)

@@ -15,7 +15,7 @@ import time
 import traceback
 from typing import Any, Callable
 
-STAGES = ("load", "env", "timing", "trace", "flops", "graph", "data")
+STAGES = ("load", "env", "timing", "trace", "flops", "graph", "calls", "routing", "data")
 VERIFY_STAGES = ("load", "verify")
 MODEL_STAGES = ("timing", "trace", "flops")
 PROFILE_STEPS = 5  # stages that run the whole step
@@ -116,9 +116,13 @@ def describe_target(target: Any) -> Any:
         input_summary=describe_inputs(target.inputs), batch_size=batch_size(target.inputs),
         has_dataloader=target.get_dataloader is not None,
     )
+    for module in target.model.modules():
+        name = type(module).__qualname__
+        info.module_types[name] = info.module_types.get(name, 0) + 1
     if target.mode == "train" and target.get_optimizer is not None:
         _, _, optimizer = target.fresh()
         info.optimizer = type(optimizer).__name__
+        info.optimizer_param_tensors = sum(len(group["params"]) for group in optimizer.param_groups)
         info.optimizer_options = {k: v for k, v in optimizer.defaults.items() if isinstance(v, (bool, int, float, str, type(None)))}
     return info
 
@@ -190,6 +194,18 @@ def _graph(state: dict, progress: Callable[[str], None]) -> str:
     return capture.model_dump_json()
 
 
+def _calls(state: dict, progress: Callable[[str], None]) -> str:
+    from advisor.capture.calls import watch_step_calls
+
+    return json.dumps([site.model_dump() for site in watch_step_calls(state["target"])])
+
+
+def _routing(state: dict, progress: Callable[[str], None]) -> str:
+    from advisor.capture.routing import measure_routing
+
+    return json.dumps([group.model_dump() for group in measure_routing(state["target"])])
+
+
 def _data(state: dict, progress: Callable[[str], None]) -> str | None:
     from advisor.capture.data import measure_loader
     from advisor.errors import AuditError, StageError
@@ -226,7 +242,7 @@ def _verify(state: dict, progress: Callable[[str], None]) -> str:
 
 STAGE_RUNNERS: dict[str, Callable[[dict, Callable[[str], None]], str | None]] = {
     "load": _load, "env": _env, "timing": _timing, "trace": _trace, "flops": _flops, "graph": _graph,
-    "data": _data, "verify": _verify,
+    "calls": _calls, "routing": _routing, "data": _data, "verify": _verify,
 }
 
 

@@ -1,0 +1,161 @@
+"""Watched API calls: checkpoints, cache flushes, zero_grad and debugging tools in the user's code.
+
+Two sources, kept apart in the evidence:
+
+* runtime — one step runs under ``sys.setprofile``; every call of a watched function whose
+  caller is user code is recorded with its line and selected arguments. This sees only what
+  the audited step executes (the forward, the loss, hooks), never code that does not run.
+* static — the model file's syntax tree, for calls written in code the step does not run (a
+  training loop under ``__main__``) whose text alone is the problem:
+  ``zero_grad(set_to_none=False)``.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import linecache
+import os
+import sys
+import time
+from collections import Counter
+from typing import Any, Callable
+
+from advisor.capture.sources import user_frame_of
+from advisor.evidence import CallSite
+from advisor.target import Target
+
+def _watched() -> dict[Any, tuple[str, tuple[str, ...]]]:
+    """Code object of each watched function -> (API name, arguments worth keeping)."""
+    import torch.autograd.gradcheck
+    import torch.autograd.profiler as autograd_profiler
+    import torch.profiler
+
+    gradcheck = sys.modules["torch.autograd.gradcheck"]  # the package attribute is the function
+
+    table: dict[Callable[..., Any], tuple[str, tuple[str, ...]]] = {
+        torch.save: ("torch.save", ()),
+        torch.cuda.empty_cache: ("torch.cuda.empty_cache", ()),
+        torch.optim.Optimizer.zero_grad: ("zero_grad", ("set_to_none",)),
+        torch.nn.Module.zero_grad: ("zero_grad", ("set_to_none",)),
+        gradcheck.gradcheck: ("torch.autograd.gradcheck", ()),
+        gradcheck.gradgradcheck: ("torch.autograd.gradgradcheck", ()),
+        torch.profiler.profile.__enter__: ("torch.profiler.profile", ()),
+        torch.profiler.profile.start: ("torch.profiler.profile", ()),
+        autograd_profiler.profile.__enter__: ("torch.autograd.profiler.profile", ()),
+        autograd_profiler.emit_nvtx.__enter__: ("torch.autograd.profiler.emit_nvtx", ()),
+        torch.cuda.memory._record_memory_history: ("torch.cuda.memory._record_memory_history", ()),
+    }
+    unwrapped = {inspect.unwrap(function): entry for function, entry in table.items()}  # past _disable_dynamo
+    return {function.__code__: entry for function, entry in unwrapped.items() if hasattr(function, "__code__")}
+
+
+def watch_step_calls(target: Target) -> list[CallSite]:
+    """Watched calls made from user code while one step runs, then those found in the source."""
+    from advisor.capture.step import make_step, run_user_step
+
+    watched = _watched()
+    counts: Counter[tuple[str, str, int]] = Counter()
+    seconds: Counter[tuple[str, str, int]] = Counter()
+    arguments: dict[tuple[str, str, int], dict[str, str]] = {}
+    running: dict[int, tuple[tuple[str, str, int], float]] = {}
+
+    def profile(frame, event, arg):
+        if frame.f_code not in watched or event not in ("call", "return"):
+            return
+        if event == "return":
+            if (started := running.pop(id(frame), None)) is not None:
+                seconds[started[0]] += time.perf_counter() - started[1]
+            return
+        api, keep = watched[frame.f_code]
+        if frame.f_back is not None and frame.f_back.f_code in watched:
+            return  # profile.__enter__ calling profile.start: one call of the user's
+        where = user_frame_of(frame.f_back)
+        if where is None:
+            return  # torch or advisor calling its own API (the harness's zero_grad): not the user's
+        key = (api, *where)
+        counts[key] += 1
+        arguments[key] = {name: repr(frame.f_locals.get(name)) for name in keep if name in frame.f_locals}
+        running[id(frame)] = (key, time.perf_counter())
+
+    step = make_step(target, *target.fresh())
+    run_user_step("calls", target, step)  # the first step pays lazy initialisation: not the steady state
+    previous = sys.getprofile()
+    sys.setprofile(profile)
+    try:
+        run_user_step("calls", target, step)
+    finally:
+        sys.setprofile(previous)
+    sites = [CallSite(api=api, file=file, line=line, code=linecache.getline(file, line).strip(), runtime=True,
+                      count=count, arguments=arguments.get((api, file, line), {}),
+                      ms=round(seconds[(api, file, line)] * 1000, 4))
+             for (api, file, line), count in counts.items()]
+    seen = {(site.api, site.file, site.line) for site in sites}
+    sites += [site for site in static_sites(target.path) if (site.api, site.file, site.line) not in seen]
+    return sites
+
+
+# Calls recognised in the source text, by the last dotted names of the callee. Only calls whose
+# arguments alone say they are wrong belong here: a torch.save in a loop may well run once per epoch.
+_STATIC = {("zero_grad",): "zero_grad"}
+
+
+def static_sites(path: str) -> list[CallSite]:
+    """Watched calls written in the model file, with whether each sits inside a loop."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            source = handle.read()
+        tree = ast.parse(source, filename=path)
+    except (OSError, SyntaxError, ValueError):
+        return []
+    lines = source.splitlines()
+    found: dict[tuple[str, int], CallSite] = {}
+
+    def visit(node: ast.AST, in_loop: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+                visit(child, False)  # a function body is judged where it is called, not where defined
+                continue
+            loop = in_loop or isinstance(child, (ast.For, ast.While, ast.AsyncFor))
+            if isinstance(child, ast.Call) and (api := _static_api(child.func)) is not None:
+                site = found.get((api, child.lineno))
+                if site is None:
+                    found[(api, child.lineno)] = CallSite(
+                        api=api, file=os.path.abspath(path), line=child.lineno,
+                        code=lines[child.lineno - 1].strip() if child.lineno <= len(lines) else "",
+                        runtime=False, arguments=_static_arguments(api, child), in_loop=loop)
+                else:
+                    site.count += 1
+            visit(child, loop)
+
+    visit(tree, False)
+    return list(found.values())
+
+
+def _dotted(func: ast.expr) -> tuple[str, ...]:
+    parts: list[str] = []
+    while isinstance(func, ast.Attribute):
+        parts.append(func.attr)
+        func = func.value
+    if isinstance(func, ast.Name):
+        parts.append(func.id)
+    return tuple(reversed(parts))
+
+
+def _static_api(func: ast.expr) -> str | None:
+    names = _dotted(func)
+    for suffix, api in _STATIC.items():
+        if names[-len(suffix):] == suffix:
+            return api
+    return None
+
+
+def _static_arguments(api: str, call: ast.Call) -> dict[str, str]:
+    if api != "zero_grad":
+        return {}
+    for keyword in call.keywords:
+        if keyword.arg == "set_to_none" and isinstance(keyword.value, ast.Constant):
+            return {"set_to_none": repr(keyword.value.value)}
+    if call.args and isinstance(call.args[0], ast.Constant):
+        return {"set_to_none": repr(call.args[0].value)}
+    return {}

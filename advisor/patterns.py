@@ -1,0 +1,64 @@
+"""Graph patterns shared by the rules (over captured GraphNodes) and the rewrites (over torch.fx nodes).
+
+A pattern reads a graph through three functions — a node's op name, its inputs in argument
+order, its users — so the same matcher serves the evidence and the fix.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Generic, Iterable, TypeVar
+
+N = TypeVar("N")
+
+MATMULS = frozenset({"matmul", "torch.matmul", "bmm", "torch.bmm"})
+SOFTMAX = frozenset({"F.softmax", "torch.softmax", "softmax"})
+SCALES = frozenset({"mul", "truediv", "torch.mul", "torch.div", "div", "mul_", "div_"})
+MASKS = frozenset({"masked_fill", "masked_fill_", "add", "torch.add", "add_", "torch.where"})
+CASTS = frozenset({"float", "to", "type_as", "half", "bfloat16"})
+DROPOUT = frozenset({"F.dropout", "dropout"})
+
+
+@dataclass
+class Attention(Generic[N]):
+    """``softmax(mask(scale(q @ kᵀ))) @ v`` written out by hand."""
+
+    scores: N  # q @ k.transpose(-2, -1)
+    softmax: N
+    output: N  # weights @ v
+    between: list[N] = field(default_factory=list)  # scale, mask and cast nodes, from scores to softmax
+    after: list[N] = field(default_factory=list)  # cast and dropout nodes between softmax and output
+
+
+def find_attention(nodes: Iterable[N], name: Callable[[N], str], inputs: Callable[[N], list[N]],
+                   users: Callable[[N], list[N]]) -> list[Attention[N]]:
+    found = []
+    for softmax in nodes:
+        if name(softmax) not in SOFTMAX or not inputs(softmax):
+            continue
+        between, node = [], inputs(softmax)[0]
+        while name(node) in SCALES | MASKS | CASTS and inputs(node) and len(users(node)) == 1:
+            between.append(node)
+            node = _score_input(node, name, inputs)
+            if node is None:
+                break
+        if node is None or name(node) not in MATMULS or len(users(node)) != 1:
+            continue
+        after, weights = [], softmax
+        while len(users(weights)) == 1 and name(users(weights)[0]) in CASTS | DROPOUT:
+            weights = users(weights)[0]
+            after.append(weights)
+        consumers = users(weights)
+        if len(consumers) != 1 or name(consumers[0]) not in MATMULS or inputs(consumers[0])[0] is not weights:
+            continue  # the weights are also used elsewhere (returned, logged): not replaceable
+        found.append(Attention(scores=node, softmax=softmax, output=consumers[0], between=between[::-1],
+                               after=after))
+    return found
+
+
+def _score_input(node: N, name: Callable[[N], str], inputs: Callable[[N], list[N]]) -> N | None:
+    """The operand of a scale/mask/cast node that carries the scores (the mask is the other one)."""
+    args = inputs(node)
+    if name(node) == "torch.where":
+        return args[1] if len(args) > 1 else None  # where(mask, scores, fill)
+    return args[0]

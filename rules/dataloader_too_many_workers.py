@@ -1,0 +1,76 @@
+"""More data-loader worker processes than the machine has cores for.
+
+What it detects:
+    A DataLoader whose ``num_workers`` exceeds ``max_workers_per_core`` times the cores this
+    process may use (its CPU affinity, which is what a container grants).
+
+Why it matters:
+    Each worker is a full process holding a copy of the dataset object and ``prefetch_factor``
+    batches. Beyond the core count they cannot run at the same time: they add memory (often
+    the cause of out-of-memory kills in containers), start-up time every epoch, and context
+    switches that slow the training process itself — without producing batches any faster.
+
+How to fix:
+    Size ``num_workers`` from the usable cores, ``min(wanted, len(os.sched_getaffinity(0)))``
+    (fewer when the training process itself needs the cores), and add
+    ``persistent_workers=True``.
+
+Example:
+    Before::
+
+        DataLoader(dataset, batch_size=64, num_workers=32)
+
+    After::
+
+        DataLoader(dataset, batch_size=64, persistent_workers=True,
+                   num_workers=min(8, len(os.sched_getaffinity(0))))
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from advisor.evidence import Evidence
+from advisor.rule import Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
+
+
+@rule(
+    slug="dataloader-too-many-workers",
+    code="ADV131",
+    layer=Layer.APPLICATION,
+    severity=Severity.MEDIUM,
+    thresholds={"max_workers_per_core": Threshold(1.0, "loader workers per usable core")},
+)
+def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
+    data, env = ev.data, ev.env
+    if data is None or env is None or not env.cpu_cores_available or not data.num_workers:
+        return
+    cores = env.cpu_cores_available
+    if data.num_workers <= th.max_workers_per_core * cores:
+        return
+    suggested = cores
+    yield Finding(
+        message=(f"the data loader starts {data.num_workers} worker processes for {cores} usable cores "
+                 f"(machine: {env.cpu_cores_logical}): they cannot run at once, and each holds a dataset copy "
+                 f"and {data.prefetch_factor or 2} prefetched batches"),
+        evidence={"num_workers": data.num_workers, "cores_available": cores, "cores_logical": env.cpu_cores_logical,
+                  "first_batch_ms": data.first_batch_ms, "batch_ms_median": data.batch_ms_median,
+                  "suggested_workers": suggested},
+        locations=[Location.at(data.source_file, data.source_line, function=data.dataset_class)]
+        if data.source_file else [],
+        fix=Fix(summary=f"num_workers={suggested} (no more than the usable cores), persistent_workers=True",
+                before=f"DataLoader(dataset, num_workers={data.num_workers})",
+                after="DataLoader(dataset, persistent_workers=True,\n"
+                      "           num_workers=min(8, len(os.sched_getaffinity(0))))",
+                docs=["https://pytorch.org/docs/stable/data.html#multi-process-data-loading"]),
+    )
+
+
+@check.fix(what="fewer loader workers")
+def fix(target, finding):
+    """The same loader with workers sized to the usable cores."""
+    import dataclasses
+
+    options = {**target.loader_options, "num_workers": finding.evidence["suggested_workers"],
+               "persistent_workers": True}
+    return dataclasses.replace(target, loader_options=options)

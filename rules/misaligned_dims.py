@@ -1,0 +1,127 @@
+"""fp16/bf16 matrix multiplies with dimensions that are not multiples of 8, on a GPU.
+
+What it detects:
+    Half-precision (fp16/bf16) matmuls — ``linear``, ``matmul``, ``bmm``, ``mm`` — whose
+    inner (K) or output (N) dimension is not a multiple of ``multiple``, each doing at
+    least ``min_mflops`` of work, on a CUDA device: from the captured graph in a live audit,
+    or from the operators' input shapes in a recorded trace. Vocabulary projections
+    (``vocab_size = 50257``) and odd hidden sizes are the usual causes.
+
+Why it matters:
+    Tensor cores process fp16/bf16 tiles whose sides are multiples of 8 elements (16 bytes).
+    cuBLAS pads or falls back to slower kernels for other sizes; NVIDIA measures up to
+    several-fold slower GEMMs for misaligned shapes. Padding a dimension by a few elements
+    costs almost nothing in comparison.
+
+How to fix:
+    Pad the dimension up to a multiple of 8 (64 is better still): e.g. a vocabulary of
+    50257 to 50304, and ignore the padded logits. For batch and sequence dimensions, pad the
+    batch or choose sizes that are multiples of 8.
+
+Example:
+    Before::
+
+        self.head = nn.Linear(768, 50257)
+
+    After::
+
+        self.head = nn.Linear(768, 50304)   # padded; logits[..., :50257] are the real ones
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from advisor.evidence import Evidence
+from advisor.opsets import LOW_PRECISION_TYPES
+from advisor.rule import Finding, Fix, Layer, Location, NotVerifiable, Severity, Threshold, Thresholds, rule
+
+GRAPH_MATMULS = {"F.linear", "matmul", "torch.matmul", "torch.bmm", "bmm", "torch.mm", "mm"}
+TRACE_MATMULS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"}
+LOW_PRECISION = {"float16", "bfloat16"}
+
+
+@rule(
+    slug="misaligned-dims",
+    code="ADV121",
+    layer=Layer.MODEL,
+    severity=Severity.MEDIUM,
+    thresholds={
+        "multiple": Threshold(8, "element multiple tensor cores need for fp16/bf16", "elements"),
+        "min_mflops": Threshold(10, "work of one matmul below which its alignment does not matter", "MFLOP"),
+    },
+)
+def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
+    if not ev.on_cuda:
+        return  # tensor-core alignment is a GPU matter; CPU kernels do not need it
+    misaligned = _from_graph(ev, th) if ev.graph is not None else _from_trace(ev, th)
+    if not misaligned:
+        return
+    unique = {}
+    for file, line, where, m, k, n in misaligned:
+        unique.setdefault((file, line, k, n), (where, m))
+    (file, line, k, n), (where, m) = next(iter(unique.items()))
+    yield Finding(
+        message=(f"{len(unique)} half-precision matmul shape(s) have K or N not a multiple of {th.multiple:g}, "
+                 f"e.g. {where} (M={m}, K={k}, N={n}): tensor cores run them padded or fall back"),
+        evidence={"shapes": [[k_, n_] for (_, _, k_, n_) in unique][:10], "multiple": th.multiple},
+        locations=[Location.at(place, number, function=where_, note=f"K={k_}, N={n_}")
+                   for (place, number, k_, n_), (where_, _) in list(unique.items())[:6] if place],
+        fix=Fix(summary=f"pad the misaligned dimensions up to a multiple of {th.multiple:g} (64 is better); "
+                        "ignore the padded outputs",
+                before="self.head = nn.Linear(768, 50257)",
+                after="self.head = nn.Linear(768, 50304)  # logits[..., :50257] are the real ones",
+                docs=["https://docs.nvidia.com/deeplearning/performance/dl-performance-matrix-multiplication/"
+                      "index.html#requirements-tc"]),
+    )
+
+
+def _aligned(size: int, multiple: float) -> bool:
+    return size % int(multiple) == 0
+
+
+def _from_graph(ev: Evidence, th: Thresholds) -> list[tuple]:
+    nodes = {n.id: n for n in ev.graph.nodes}
+    found = []
+    autocast = ev.target.autocast in LOW_PRECISION
+    for node in ev.graph.calls():
+        if node.target not in GRAPH_MATMULS or len(node.args) < 2 or not node.shape:
+            continue
+        a, b = nodes.get(node.args[0]), nodes.get(node.args[1])
+        if a is None or b is None or not a.shape or not b.shape:
+            continue
+        if not (autocast or a.dtype in LOW_PRECISION):
+            continue
+        k = a.shape[-1]
+        n = b.shape[0] if node.target == "F.linear" else b.shape[-1]
+        m = 1
+        for size in a.shape[:-1]:
+            m *= size
+        if 2 * m * k * n / 1e6 >= th.min_mflops and not (_aligned(k, th.multiple) and _aligned(n, th.multiple)):
+            found.append((node.file, node.line, node.module_path or node.target, m, k, n))
+    return found
+
+
+def _from_trace(ev: Evidence, th: Thresholds) -> list[tuple]:
+    found = []
+    if ev.trace is None:
+        return found
+    for op in ev.trace.step_ops():
+        if op.name not in TRACE_MATMULS or not op.input_types or op.input_types[0] not in LOW_PRECISION_TYPES:
+            continue
+        first = 1 if op.name in ("aten::addmm", "aten::baddbmm") else 0  # the bias comes first
+        a, b = (list(op.input_dims) + [None, None, None])[first:first + 2]
+        if not (isinstance(a, list) and isinstance(b, list) and len(a) >= 2 and len(b) >= 2):
+            continue
+        m, k, n = a[-2], a[-1], b[-1]
+        if 2 * m * k * n / 1e6 >= th.min_mflops and not (_aligned(k, th.multiple) and _aligned(n, th.multiple)):
+            file, line = (op.src.file, op.src.line) if op.src is not None else ("", 0)
+            found.append((file, line, op.name, m, k, n))
+    return found
+
+
+@check.fix(what="padded dimensions")
+def fix(target, finding):
+    """Padding changes the model's shapes and outputs."""
+    raise NotVerifiable("padding a dimension changes the model's parameters and output shapes; "
+                        "and tensor-core alignment can only be measured on a GPU")

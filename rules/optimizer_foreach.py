@@ -1,0 +1,90 @@
+"""The optimizer updates its parameters one tensor at a time.
+
+What it detects:
+    A training step whose optimizer (Adam, AdamW, SGD, Adagrad, RMSprop, ...) runs its
+    single-tensor implementation — ``foreach=False``, or the default on a CPU, where
+    PyTorch does not pick foreach — while a ``fused`` or ``foreach`` implementation exists,
+    over at least ``min_tensors`` parameter tensors, and ``optimizer.step()`` takes at least
+    ``min_share`` of the step (measured from torch.optim's own profiler range).
+
+Why it matters:
+    The single-tensor implementation launches several small ops per parameter tensor (for
+    AdamW: about ten), so a model with hundreds of tensors pays thousands of launches or
+    dispatches per step. ``foreach`` batches each op over all tensors; ``fused`` does the
+    whole update in one kernel per group of tensors (on CUDA and, since PyTorch 2.4, CPU).
+
+How to fix:
+    Pass ``fused=True`` where the optimizer supports it (Adam, AdamW, SGD, Adagrad), else
+    ``foreach=True``.
+
+Example:
+    Before::
+
+        torch.optim.AdamW(model.parameters(), lr=3e-4, foreach=False)
+
+    After::
+
+        torch.optim.AdamW(model.parameters(), lr=3e-4, fused=True)
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from advisor.evidence import Evidence
+from advisor.rule import Finding, Fix, Layer, Severity, Threshold, Thresholds, rule
+
+FUSED = {"Adam", "AdamW", "SGD", "Adagrad"}
+FOREACH = FUSED | {"RMSprop", "Adamax", "NAdam", "RAdam", "ASGD", "Adadelta", "Rprop"}
+
+
+@rule(
+    slug="optimizer-foreach",
+    code="ADV129",
+    layer=Layer.APPLICATION,
+    severity=Severity.MEDIUM,
+    thresholds={
+        "min_tensors": Threshold(16, "parameter tensors below which per-tensor updates cost little", "count"),
+        "min_share": Threshold(0.05, "share of the step spent in optimizer.step()"),
+    },
+)
+def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
+    target = ev.target
+    name, options = target.optimizer, target.optimizer_options
+    if target.mode != "train" or name not in FOREACH or ev.trace is None:
+        return
+    if options.get("fused") or options.get("foreach") or (options.get("foreach") is None and ev.on_cuda):
+        return  # fused, foreach, or the CUDA default (foreach)
+    if options.get("differentiable") or target.optimizer_param_tensors < th.min_tensors:
+        return
+    step_us = ev.trace.median_span_per_step(ev.trace.optimizer_steps)
+    profiled_step_us = ev.trace.mean_step_us()
+    # a share within the profiled steps: the profiler inflates the optimizer's many small ops as much
+    share = min(1.0, step_us / profiled_step_us) if step_us and profiled_step_us else None
+    if share is None or share < th.min_share:
+        return
+    better = "fused" if name in FUSED else "foreach"
+    how = "foreach=False" if options.get("foreach") is False else "the CPU default"
+    yield Finding(
+        message=(f"{name}.step() updates {target.optimizer_param_tensors} parameter tensors one at a time "
+                 f"({how}), taking {share:.0%} of the profiled step: {better}=True batches them"),
+        impact=share,
+        evidence={"optimizer": name, "param_tensors": target.optimizer_param_tensors,
+                  "optimizer_profiled_ms_per_step": round(step_us / 1000, 4), "share_of_step": round(share, 4),
+                  "foreach": options.get("foreach"), "suggested": better},
+        fix=Fix(summary=f"create the optimizer with {better}=True",
+                before=f"torch.optim.{name}(model.parameters(), lr=lr)",
+                after=f"torch.optim.{name}(model.parameters(), lr=lr, {better}=True)",
+                docs=["https://pytorch.org/docs/stable/optim.html#algorithms",
+                      "https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html"]),
+    )
+
+
+@check.fix(tolerance=1e-5, what="fused / foreach optimizer")
+def fix(target, finding):
+    """The same update rule computed in batched kernels: equal up to float rounding."""
+    import dataclasses
+
+    better = finding.evidence["suggested"]
+    overrides = {"fused": True, "foreach": None} if better == "fused" else {"foreach": True}
+    return dataclasses.replace(target, optimizer_options={**target.optimizer_options, **overrides})

@@ -1,0 +1,138 @@
+"""Constant tensors rebuilt every step: masks, position ids, lookup tables.
+
+What it detects:
+    In the captured graph, values computed only from factory calls with constant arguments
+    (``torch.tensor(list)``, ``arange``, ``ones``, ``zeros``, ``full``, ``eye``, ``linspace``)
+    and pure ops on them (``triu`` of a ``full``, ``== 0`` of a ``tril``): the same tensor,
+    rebuilt in every forward. Random factories and in-place ops are never counted as constant.
+
+Why it matters:
+    On a GPU each such tensor is allocated and filled by extra kernel launches every step,
+    and ``torch.tensor(list)`` / ``as_tensor`` build the data on the host and copy it to the
+    device (a synchronous pageable copy). On a CPU the fill itself costs, which grows with
+    the mask (a T x T causal mask is T² writes per step).
+
+How to fix:
+    Build the tensor once in ``__init__`` and keep it with
+    ``self.register_buffer(name, tensor, persistent=False)`` (it then follows ``.to(device)``);
+    slice it per step when the size varies. Or create it directly on the device.
+
+Example:
+    Before::
+
+        mask = torch.triu(torch.full((T, T), float("-inf")), diagonal=1)
+
+    After::
+
+        # __init__
+        self.register_buffer("mask", torch.triu(torch.full((MAX_T, MAX_T), float("-inf")), 1),
+                             persistent=False)
+        # forward
+        mask = self.mask[:T, :T]
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Iterator
+
+from advisor.evidence import Evidence, GraphNode
+from advisor.opsets import is_constant
+from advisor.rule import Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
+
+FROM_HOST = {"tensor", "as_tensor"}  # built from Python data on the host, then copied
+
+
+@rule(
+    slug="tensor-creation-in-step",
+    code="ADV119",
+    layer=Layer.MODEL,
+    severity=Severity.LOW,
+    thresholds={"min_share": Threshold(0.02, "share of the step spent rebuilding constants (CPU runs)")},
+)
+def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
+    if ev.graph is None:
+        return
+    constants = _constant_nodes(ev.graph.calls())
+    if not constants:
+        return
+    by_line: dict[tuple[str, int], list[GraphNode]] = defaultdict(list)
+    for node in constants:
+        by_line[(node.file, node.line)].append(node)
+    cost_us = _cost_us(ev, by_line)
+    share = ev.share_of_step(cost_us) if cost_us is not None else None
+    from_host = [n for n in constants if _short(n.target) in FROM_HOST]
+    if not ev.on_cuda and (share is None or share < th.min_share):
+        return  # on a CPU, small constants cost next to nothing: not worth a change
+    elements = sum(_numel(n) for n in constants if not any(u in constants for u in _users(ev, n)))
+    yield Finding(
+        severity=Severity.MEDIUM if ev.on_cuda and from_host else Severity.LOW,
+        message=(f"{len(by_line)} line(s) rebuild constant tensors every step ({elements:,} elements)"
+                 + (f", {share:.0%} of the step" if share is not None else "")
+                 + (f"; {len(from_host)} built from Python data on the host and copied to the device"
+                    if ev.on_cuda and from_host else "")
+                 + ": build them once and keep them as buffers"),
+        impact=share,
+        evidence={"lines": len(by_line), "constant_ops": len(constants), "elements": elements,
+                  "share_of_step": round(share, 4) if share is not None else None,
+                  "ms_per_step": round(cost_us / 1000, 4) if cost_us is not None else None,
+                  "from_host": len(from_host)},
+        locations=[Location.at(file, line, note=", ".join(sorted({_short(n.target) for n in nodes})))
+                   for (file, line), nodes in list(by_line.items())[:8] if file],
+        fix=Fix(summary="create these tensors once in __init__ with register_buffer(..., persistent=False) "
+                        "and slice them per step",
+                before='mask = torch.triu(torch.full((T, T), float("-inf")), diagonal=1)',
+                after='# __init__\nself.register_buffer("mask", torch.triu(torch.full((MAX_T, MAX_T), '
+                      'float("-inf")), 1), persistent=False)\n# forward\nmask = self.mask[:T, :T]',
+                docs=["https://pytorch.org/docs/stable/generated/torch.nn.Module.html"
+                      "#torch.nn.Module.register_buffer",
+                      "https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html"
+                      "#create-tensors-directly-on-the-target-device"]),
+    )
+
+
+def _short(name: str) -> str:
+    return name.rsplit(".", 1)[-1].strip("_")
+
+
+def _constant_nodes(calls: list[GraphNode]) -> list[GraphNode]:
+    known: set[str] = set()
+    found = []
+    for node in calls:
+        if is_constant(node.target, node.op == "call_function", bool(node.args), all(a in known for a in node.args)):
+            known.add(node.id)
+            found.append(node)
+    return found
+
+
+def _users(ev: Evidence, node: GraphNode) -> list[GraphNode]:
+    nodes = {n.id: n for n in ev.graph.nodes}
+    return [nodes[s] for s in ev.graph.digraph.successors(node.id)]
+
+
+def _numel(node: GraphNode) -> int:
+    total = 1
+    for size in node.shape or [0]:
+        total *= size
+    return total
+
+
+def _cost_us(ev: Evidence, by_line: dict[tuple[str, int], list[GraphNode]]) -> float | None:
+    """Profiled time of the constant-building calls on those lines, per step."""
+    trace = ev.trace
+    if trace is None or not trace.source_annotated:
+        return None
+    wanted = {key: {_short(n.target) for n in nodes} for key, nodes in by_line.items()}
+    calls = [c for c in trace.calls
+             if (c.file, c.line) in wanted and _short(c.api) in wanted[(c.file, c.line)]]
+    return trace.median_per_step(calls)
+
+
+@check.fix(tolerance=1e-6, what="constants built once")
+def fix(target, finding):
+    """A graph rewrite computing the constant subgraphs once (what register_buffer does by hand)."""
+    import dataclasses
+
+    from advisor.verify.rewrites import fold_constants
+
+    return dataclasses.replace(target, compile_backend=fold_constants)

@@ -1,0 +1,120 @@
+"""fp32 matrix multiplies on an Ampere-or-newer GPU without TF32 tensor cores.
+
+What it detects:
+    On an NVIDIA GPU of compute capability 8.0 or newer (A100, H100, RTX 30xx and later):
+
+    * in a live audit, ``torch.backends.cuda.matmul.allow_tf32`` is False and
+      ``torch.get_float32_matmul_precision()`` is ``"highest"`` while the model runs float32
+      matmuls outside autocast;
+    * in a recorded trace, fp32 GEMM kernels running on CUDA cores (``*_sgemm_*`` kernels,
+      not the ``tf32`` / ``s1688`` tensor-op ones) take at least ``min_share`` of GPU time.
+
+Why it matters:
+    PyTorch leaves TF32 off for matmuls by default (cuDNN convolutions use it by default).
+    TF32 runs fp32 matmuls on tensor cores with a 10-bit mantissa: up to 8x the fp32 throughput
+    on A100, accurate enough for almost all training. Traces often show convolutions in TF32
+    and the linear layers of the same model in plain fp32.
+
+How to fix:
+    ``torch.set_float32_matmul_precision("high")`` at start-up (or run the model under
+    ``torch.autocast`` with bf16, which gains more).
+
+Example:
+    Before::
+
+        model = Model().cuda()
+
+    After::
+
+        torch.set_float32_matmul_precision("high")   # TF32 tensor cores for fp32 matmuls
+        model = Model().cuda()
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Iterator
+
+from advisor.evidence import Evidence
+from advisor.rule import Finding, Fix, Layer, NotVerifiable, Severity, Threshold, Thresholds, rule
+
+# CUDA-core fp32 GEMMs; tensor-op kernels say tf32 / s1688 / s16816 / tensorop instead.
+FP32_GEMM = re.compile(r"sgemm", re.IGNORECASE)
+TENSOR_CORE_GEMM = re.compile(r"tf32|s1688|s16816|tensorop|xmma", re.IGNORECASE)
+MATMUL_TARGETS = {"F.linear", "torch.matmul", "matmul", "torch.bmm", "bmm", "torch.mm", "mm", "torch.addmm",
+                  "torch.einsum", "torch.baddbmm"}
+
+
+@rule(
+    slug="tf32-disabled",
+    code="ADV124",
+    layer=Layer.RUNTIME,
+    severity=Severity.MEDIUM,
+    thresholds={"min_share": Threshold(0.05, "share of GPU kernel time in fp32 CUDA-core GEMMs (recorded traces)")},
+)
+def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
+    env = ev.env
+    if env is None or env.gpu_capability is None or env.gpu_capability < (8, 0) or "AMD" in env.device_name.upper():
+        return  # TF32 needs NVIDIA Ampere or newer
+    if ev.trace is not None and ev.trace.kernels:
+        yield from _from_kernels(ev, th)
+    elif env.tf32_matmul is False and env.float32_matmul_precision == "highest" and ev.target.autocast is None:
+        yield from _from_settings(ev)
+
+
+def _from_kernels(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
+    kernels = ev.trace.kernels
+    total = sum(k.dur for k in kernels)
+    fp32 = [k for k in kernels if FP32_GEMM.search(k.name) and not TENSOR_CORE_GEMM.search(k.name)]
+    tensor_core = [k for k in kernels if TENSOR_CORE_GEMM.search(k.name) and "gemm" in k.name.lower()]
+    share = sum(k.dur for k in fp32) / total if total else 0.0
+    if share < th.min_share:
+        return
+    names = sorted({k.name for k in fp32}, key=lambda n: -sum(k.dur for k in fp32 if k.name == n))
+    yield Finding(
+        message=(f"fp32 GEMMs on CUDA cores take {share:.0%} of GPU kernel time on {ev.env.device_name} "
+                 f"({len(fp32)} kernels, e.g. {names[0][:60]})"
+                 + (f", while {len(tensor_core)} other GEMM or convolution kernels already use TF32 tensor cores" if tensor_core else "")
+                 + ": TF32 is off for matmuls"),
+        impact=None,
+        evidence={"fp32_gemm_share_of_gpu_time": round(share, 4), "fp32_gemm_kernels": len(fp32),
+                  "tensor_core_gemm_kernels": len(tensor_core), "kernel_names": names[:5],
+                  "device": ev.env.device_name},
+        fix=_advice(),
+    )
+
+
+def _from_settings(ev: Evidence) -> Iterator[Finding]:
+    matmuls = [n for n in ev.graph.calls() if n.target in MATMUL_TARGETS and n.dtype == "float32"] if ev.graph else []
+    if not matmuls:
+        return
+    yield Finding(
+        message=(f"{len(matmuls)} float32 matmul(s) run on {ev.env.device_name} with TF32 off "
+                 "(allow_tf32=False, float32_matmul_precision='highest'): tensor cores stay idle"),
+        evidence={"fp32_matmuls": len(matmuls), "float32_matmul_precision": "highest",
+                  "device": ev.env.device_name},
+        fix=_advice(),
+    )
+
+
+def _advice() -> Fix:
+    return Fix(summary='call torch.set_float32_matmul_precision("high") at start-up (TF32 tensor cores), '
+                       "or run under bf16 autocast",
+               before="model = Model().cuda()",
+               after='torch.set_float32_matmul_precision("high")\nmodel = Model().cuda()',
+               docs=["https://pytorch.org/docs/stable/notes/cuda.html#tensorfloat-32-tf32-on-ampere-and-later-devices"])
+
+
+@check.fix(tolerance=1e-2, what="TF32 matmuls")
+def fix(target, finding):
+    """TF32 keeps a 10-bit mantissa: outputs move by about 1e-3 relative."""
+    import dataclasses
+
+    import torch
+
+    from advisor.verify.switches import setting
+
+    if target.device.type != "cuda":
+        raise NotVerifiable(f"TF32 is a CUDA tensor-core mode; this machine ran the model on {target.device.type}")
+    return dataclasses.replace(target, step_contexts=(*target.step_contexts, setting(
+        torch.get_float32_matmul_precision, torch.set_float32_matmul_precision, "high")))
