@@ -210,7 +210,8 @@ def test_persistent_workers_when_worker_start_up_dominates_short_epochs(tmp_path
     """)
     result = audit(path, tmp_path / "out")
     findings = [f for f in result.report.findings if f.slug == "dataloader-workers"]
-    assert [f.severity for f in findings] == [Severity.LOW]  # cheap batches: only the restart cost
+    assert [f.severity for f in findings] == [Severity.LOW], (  # cheap batches: only the restart cost
+        result.report.errors, result.evidence.data, [f.message for f in result.report.findings])
     assert "persistent_workers=True" in findings[0].message
 
 
