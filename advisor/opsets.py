@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Iterable
 
 from advisor.kineto import Op, Trace
@@ -63,6 +64,7 @@ def low_precision(op: Op) -> bool:
     return bool(op.input_types) and op.input_types[0] in LOW_PRECISION_TYPES
 
 
+@functools.lru_cache(maxsize=4096)  # a trace repeats a few hundred kernel names thousands of times
 def is_collective(kernel_name: str) -> bool:
     lowered = kernel_name.lower()
     return any(marker in lowered for marker in COLLECTIVE_MARKERS)

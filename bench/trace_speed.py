@@ -7,8 +7,10 @@ time breakdown and kernel launch statistics (the closest analyses to advisor's g
 kernel-storm). Memory is the peak resident set growth over the process after its imports
 (Linux: the peak is reset after the imports through /proc/self/clear_refs, then read as VmHWM).
 A synthetic trace of about a million events is made by repeating the steps of a real one.
+Each tool runs ``--repeats`` times per trace, alternating with the other, and the median run
+is reported (this machine is shared and noisy; single runs of the small traces varied 20%).
 
-    python bench/trace_speed.py [--events 1000000]
+    python bench/trace_speed.py [--events 1000000] [--repeats 5]
 """
 
 from __future__ import annotations
@@ -111,9 +113,19 @@ def synthetic(source: str, events: int, folder: str) -> str:
     return path
 
 
+def _median_run(runs: list[dict]) -> dict:
+    """The run with the median time (its own peak memory alongside); an error if any run failed."""
+    failed = [r for r in runs if "error" in r]
+    if failed:
+        return failed[0]
+    ordered = sorted(runs, key=lambda r: r["seconds"])
+    return ordered[len(ordered) // 2]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--events", type=int, default=1_000_000)
+    parser.add_argument("--repeats", type=int, default=5, help="runs per tool and trace (3 at most for the synthetic)")
     args = parser.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as scratch:
@@ -131,9 +143,12 @@ def main() -> None:
         count = sum(1 for _ in json.load(gzip.open(path))["traceEvents"])
         cases.append((f"synthetic ({count:,} events)", big, path))
         for name, folder, path in cases:
-            ours = run(ADVISOR.format(root=ROOT, path=path))
-            theirs = run(HTA.format(folder=folder))
-            rows.append((name, ours, theirs))
+            repeats = min(args.repeats, 3) if name.startswith("synthetic") else args.repeats
+            ours_runs, theirs_runs = [], []
+            for _ in range(max(1, repeats)):
+                ours_runs.append(run(ADVISOR.format(root=ROOT, path=path)))
+                theirs_runs.append(run(HTA.format(folder=folder)))
+            rows.append((name, _median_run(ours_runs), _median_run(theirs_runs)))
             print(f"  measured {name}", file=sys.stderr)
     print(f"{'trace':<34} {'advisor s':>9} {'HTA s':>8} {'faster':>7} {'advisor MB':>11} {'HTA MB':>8} {'memory':>7}")
     for name, ours, theirs in rows:

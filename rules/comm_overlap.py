@@ -83,9 +83,15 @@ def exposed_communication(trace: Trace, span: Span) -> tuple[float, float]:
     comm = clipped(k for k in trace.kernels if is_collective(k.name))
     compute = _union(clipped(k for k in trace.kernels if not is_collective(k.name)))
     total = exposed = 0.0
+    first = 0  # both lists are sorted and disjoint: walk the compute intervals once
     for start, end in _union(comm):
         total += end - start
-        covered = sum(max(0.0, min(end, b) - max(start, a)) for a, b in compute)
+        while first < len(compute) and compute[first][1] <= start:
+            first += 1
+        covered, index = 0.0, first
+        while index < len(compute) and compute[index][0] < end:
+            covered += max(0.0, min(end, compute[index][1]) - max(start, compute[index][0]))
+            index += 1
         exposed += (end - start) - covered
     return total, exposed
 

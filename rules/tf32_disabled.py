@@ -65,12 +65,16 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
 def _from_kernels(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     kernels = ev.trace.kernels
     total = sum(k.dur for k in kernels)
-    fp32 = [k for k in kernels if FP32_GEMM.search(k.name) and not TENSOR_CORE_GEMM.search(k.name)]
-    tensor_core = [k for k in kernels if TENSOR_CORE_GEMM.search(k.name) and "gemm" in k.name.lower()]
+    kinds = {name: _gemm_kind(name) for name in {k.name for k in kernels}}  # names repeat: classify each once
+    fp32 = [k for k in kernels if kinds[k.name] == "fp32"]
+    tensor_core = [k for k in kernels if kinds[k.name] == "tensor-core"]
     share = sum(k.dur for k in fp32) / total if total else 0.0
     if share < th.min_share:
         return
-    names = sorted({k.name for k in fp32}, key=lambda n: -sum(k.dur for k in fp32 if k.name == n))
+    time_by_name: dict[str, float] = {}
+    for kernel in fp32:
+        time_by_name[kernel.name] = time_by_name.get(kernel.name, 0.0) + kernel.dur
+    names = sorted(time_by_name, key=lambda n: -time_by_name[n])
     yield Finding(
         message=(f"fp32 GEMMs on CUDA cores take {share:.0%} of GPU kernel time on {ev.env.device_name} "
                  f"({len(fp32)} kernels, e.g. {names[0][:60]})"
@@ -82,6 +86,12 @@ def _from_kernels(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
                   "device": ev.env.device_name},
         fix=_advice(),
     )
+
+
+def _gemm_kind(name: str) -> str:
+    if TENSOR_CORE_GEMM.search(name):
+        return "tensor-core" if "gemm" in name.lower() else ""
+    return "fp32" if FP32_GEMM.search(name) else ""
 
 
 def _from_settings(ev: Evidence) -> Iterator[Finding]:
