@@ -185,7 +185,7 @@ class RoutingGroup(BaseModel):
     tokens: list[int] = Field(description="tokens routed to each member over the measured forwards")
     forwards: int = Field(description="forward passes measured")
     source: str = Field(description="'dataloader' (real batches) or 'synthetic' (get_inputs())")
-    file: str = ""
+    file: str = Field(default="", description="where the members are called (else the member class)")
     line: int = 0
 
 

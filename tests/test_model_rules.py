@@ -216,6 +216,7 @@ def test_skewed_router_measured_on_loader_batches(sample_audit):
     assert finding.evidence["busiest"] == 0 and finding.evidence["max_over_mean"] > 3
     assert 7 in finding.evidence["idle_experts"]
     assert "8 real batches" in finding.message
+    assert finding.locations[0].line == line_of(SAMPLES / "moe_skewed.py", "= expert(x[rows])")  # the dispatch
 
 
 def test_balanced_experts_and_layer_stacks_are_not_imbalanced(sample_audit):

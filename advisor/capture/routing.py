@@ -19,6 +19,7 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_flatten, tree_map
 
+from advisor.capture.sources import user_frame
 from advisor.evidence import RoutingGroup
 from advisor.target import Target, call_model, call_user
 
@@ -48,10 +49,12 @@ def measure_routing(target: Target) -> list[RoutingGroup]:
     tokens = {path: [0] * len(members) for path, members in groups.items()}
     varied: set[str] = set()
     seen_this_forward: dict[str, dict[int, int]] = {path: {} for path in groups}
+    called_at: dict[str, tuple[str, int]] = {}
     handles = []
     for path, members in groups.items():
         for index, member in enumerate(members):
-            handles.append(member.register_forward_pre_hook(_counter(path, index, tokens, seen_this_forward)))
+            handles.append(member.register_forward_pre_hook(
+                _counter(path, index, tokens, seen_this_forward, called_at)))
     try:
         with torch.no_grad():
             for batch in batches:
@@ -67,14 +70,17 @@ def measure_routing(target: Target) -> list[RoutingGroup]:
     found = []
     for path in sorted(varied):
         member = groups[path][0]
-        file, line = _defined_at(type(member))
+        file, line = called_at.get(path) or _defined_at(type(member))
         found.append(RoutingGroup(path=path, module_type=type(member).__qualname__, tokens=tokens[path],
                                   forwards=len(batches), source=source, file=file, line=line))
     return found
 
 
-def _counter(path: str, index: int, tokens: dict[str, list[int]], seen: dict[str, dict[int, int]]):
+def _counter(path: str, index: int, tokens: dict[str, list[int]], seen: dict[str, dict[int, int]],
+             called_at: dict[str, tuple[str, int]]):
     def count(module: torch.nn.Module, args: tuple) -> None:
+        if path not in called_at and (where := user_frame()) is not None:
+            called_at[path] = where  # the line that calls the experts (the dispatch loop)
         first = next((a for a in tree_flatten(args)[0] if isinstance(a, torch.Tensor)), None)
         rows = first.numel() // first.shape[-1] if first is not None and first.dim() > 0 and first.shape[-1] else 0
         tokens[path][index] += rows
