@@ -11,7 +11,7 @@ from advisor.analyze import evidence_from_traces
 from advisor.capture.calls import static_sites
 from advisor.kineto import parse_trace
 from advisor.rule import Severity
-from conftest import SAMPLES, line_of, shared_trace, write_model
+from conftest import SAMPLES, audit, line_of, shared_trace, write_model
 from test_model_rules import _as_cuda, _check, _only, _slugs, _verify
 
 ALEXNET = "critical_path/alexnet/benchmark_result_2869224_1695835535_trace.json.gz"
@@ -146,3 +146,25 @@ def test_single_tensor_optimizer_and_the_fused_fix(sample_audit):
     verdict = _verify("per_tensor_adam", finding, "optimizer-foreach")
     assert verdict.status != "numerics-failed" and verdict.max_rel_error is not None
     assert "optimizer-foreach" not in _slugs(sample_audit("train_with_loader"))  # 4 tensors: nothing to batch
+
+
+def test_a_step_that_profiles_itself_is_reported_not_crashed(tmp_path):
+    path = write_model(tmp_path, """
+        import torch
+        from torch import nn
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = nn.Linear(64, 64)
+            def forward(self, x):
+                with torch.profiler.profile():  # nested inside advisor's profiler, Kineto crashes
+                    return self.fc(x)
+        def get_model(): return Net().eval()
+        def get_inputs(): return torch.randn(8, 64)
+    """)
+    result = audit(path, tmp_path / "out")
+    finding = _only(result, "debug-apis")
+    assert finding.evidence["apis"] == {"torch.profiler.profile": 1} and finding.locations[0].line == 8
+    trace = next(s for s in result.report.stages if s.stage == "trace")
+    assert trace.status == "skipped" and "own profiler" in trace.note
+    assert result.report.errors == [] and result.evidence.graph is not None  # the other stages ran

@@ -15,9 +15,11 @@ import time
 import traceback
 from typing import Any, Callable
 
-STAGES = ("load", "env", "timing", "trace", "flops", "graph", "calls", "routing", "data")
+# calls runs before trace: a step that starts its own profiler cannot be profiled (nested Kineto
+# sessions crash the process), and the watched calls tell in advance.
+STAGES = ("load", "env", "timing", "calls", "trace", "flops", "graph", "routing", "data")
 VERIFY_STAGES = ("load", "verify")
-MODEL_STAGES = ("timing", "trace", "flops")
+MODEL_STAGES = ("timing", "calls", "trace", "flops")
 PROFILE_STEPS = 5  # stages that run the whole step
 
 
@@ -149,10 +151,14 @@ def _timing(state: dict, progress: Callable[[str], None]) -> str:
     return timing.model_dump_json()
 
 
-def _trace(state: dict, progress: Callable[[str], None]) -> str:
+def _trace(state: dict, progress: Callable[[str], None]) -> str | None:
     from advisor.capture.profile import record_trace
     from advisor.capture.step import make_step, run_user_step
 
+    if state.get("step_profiles_itself"):
+        state["skip_reason"] = ("the step starts its own profiler (see debug-apis); profilers cannot nest, so "
+                                "advisor did not profile it: remove the profiler to get the trace-based findings")
+        return None
     target = state["target"]
     spec = state["spec"]
     path = spec["trace_path"]
@@ -195,9 +201,11 @@ def _graph(state: dict, progress: Callable[[str], None]) -> str:
 
 
 def _calls(state: dict, progress: Callable[[str], None]) -> str:
-    from advisor.capture.calls import watch_step_calls
+    from advisor.capture.calls import PROFILERS, watch_step_calls
 
-    return json.dumps([site.model_dump() for site in watch_step_calls(state["target"])])
+    sites = watch_step_calls(state["target"])
+    state["step_profiles_itself"] = any(site.runtime and site.api in PROFILERS for site in sites)
+    return json.dumps([site.model_dump() for site in sites])
 
 
 def _routing(state: dict, progress: Callable[[str], None]) -> str:
