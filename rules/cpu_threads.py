@@ -85,14 +85,11 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
 @check.fix(tolerance=1e-4, what="threads = usable cores")
 def fix(target, finding):
     """Run the step with one intra-op thread per usable core (reductions split differently: 1e-4)."""
-    import dataclasses
-
     import torch
 
-    from advisor.verify.switches import setting
+    from advisor.verify.switches import setting, with_switches
 
     cores = finding.evidence["cores_available"]
     workers = finding.evidence["loader_workers"] if target.device.type == "cpu" else 0
     threads = max(1, cores - workers)
-    return dataclasses.replace(target, step_contexts=(
-        *target.step_contexts, setting(torch.get_num_threads, torch.set_num_threads, threads)))
+    return with_switches(target, setting(torch.get_num_threads, torch.set_num_threads, threads))

@@ -60,14 +60,11 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
 @check.fix(tolerance=1e-3, what="cudnn.benchmark on")
 def fix(target, finding):
     """Let cuDNN time its algorithms (different algorithms reorder float sums: 1e-3)."""
-    import dataclasses
-
     import torch
 
-    from advisor.verify.switches import attribute
+    from advisor.verify.switches import attribute, with_switches
 
     if target.device.type != "cuda":
         raise NotVerifiable("cuDNN autotuning applies to CUDA devices only; this machine ran the model on "
                             f"{target.device.type}")
-    return dataclasses.replace(target, step_contexts=(*target.step_contexts,
-                                                      attribute(torch.backends.cudnn, "benchmark", True)))
+    return with_switches(target, attribute(torch.backends.cudnn, "benchmark", True))

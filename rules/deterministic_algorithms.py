@@ -56,14 +56,11 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
 @check.fix(tolerance=1e-3, what="deterministic algorithms off")
 def fix(target, finding):
     """Other algorithms reorder float sums (1e-3)."""
-    import dataclasses
-
     import torch
 
-    from advisor.verify.switches import attribute, setting
+    from advisor.verify.switches import attribute, setting, with_switches
 
     if target.device.type != "cuda":
         raise NotVerifiable(f"determinism costs on CUDA; this machine ran the model on {target.device.type}")
-    return dataclasses.replace(target, step_contexts=(
-        *target.step_contexts, attribute(torch.backends.cudnn, "deterministic", False),
-        setting(torch.are_deterministic_algorithms_enabled, torch.use_deterministic_algorithms, False)))
+    return with_switches(target, attribute(torch.backends.cudnn, "deterministic", False),
+                         setting(torch.are_deterministic_algorithms_enabled, torch.use_deterministic_algorithms, False))

@@ -62,12 +62,10 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
 @check.fix(tolerance=1e-6, what="empty_cache() removed")
 def fix(target, finding):
     """Run the step with empty_cache() doing nothing: the same math, the cache kept."""
-    import dataclasses
-
     import torch
 
-    from advisor.verify.switches import silenced
+    from advisor.verify.switches import silenced, with_switches
 
     if target.device.type != "cuda":
         raise NotVerifiable(f"empty_cache() does nothing on {target.device.type}; its cost appears only on a GPU")
-    return dataclasses.replace(target, step_contexts=(*target.step_contexts, silenced(torch.cuda, "empty_cache")))
+    return with_switches(target, silenced(torch.cuda, "empty_cache"))

@@ -118,13 +118,10 @@ def _advice() -> Fix:
 @check.fix(tolerance=1e-2, what="TF32 matmuls")
 def fix(target, finding):
     """TF32 keeps a 10-bit mantissa: outputs move by about 1e-3 relative."""
-    import dataclasses
-
     import torch
 
-    from advisor.verify.switches import setting
+    from advisor.verify.switches import setting, with_switches
 
     if target.device.type != "cuda":
         raise NotVerifiable(f"TF32 is a CUDA tensor-core mode; this machine ran the model on {target.device.type}")
-    return dataclasses.replace(target, step_contexts=(*target.step_contexts, setting(
-        torch.get_float32_matmul_precision, torch.set_float32_matmul_precision, "high")))
+    return with_switches(target, setting(torch.get_float32_matmul_precision, torch.set_float32_matmul_precision, "high"))

@@ -58,11 +58,9 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
 @check.fix(tolerance=1e-6, what="zero_grad(set_to_none=True)")
 def fix(target, finding):
     """Calls seen in the step run with set_to_none=True; calls only in the source cannot be measured."""
-    import dataclasses
-
     import torch
 
-    from advisor.verify.switches import attribute
+    from advisor.verify.switches import attribute, with_switches
 
     if not finding.evidence["seen_in_step"]:
         raise NotVerifiable("the call is in your training loop, which the audit does not run; advisor's own step "
@@ -71,7 +69,6 @@ def fix(target, finding):
     def to_none(original):
         return lambda self, set_to_none=True: original(self, set_to_none=True)
 
-    return dataclasses.replace(target, step_contexts=(
-        *target.step_contexts,
-        attribute(torch.optim.Optimizer, "zero_grad", to_none(torch.optim.Optimizer.zero_grad)),
-        attribute(torch.nn.Module, "zero_grad", to_none(torch.nn.Module.zero_grad))))
+    return with_switches(target,
+                         attribute(torch.optim.Optimizer, "zero_grad", to_none(torch.optim.Optimizer.zero_grad)),
+                         attribute(torch.nn.Module, "zero_grad", to_none(torch.nn.Module.zero_grad)))

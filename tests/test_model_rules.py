@@ -78,6 +78,25 @@ def test_sdpa_rewrite_keeps_scale_and_masks_exact():
     assert torch.allclose(compiled(q, k, v, keep), expected, atol=1e-5)
     names = [getattr(n.target, "__name__", n.target) for n in rewritten[0].graph.nodes]
     assert "scaled_dot_product_attention" in names and "softmax" not in names
+    [sdpa] = [n for n in rewritten[0].graph.nodes if getattr(n.target, "__name__", "") == "scaled_dot_product_attention"]
+    assert sdpa.kwargs["is_causal"] is False and sdpa.kwargs["attn_mask"] is not None  # a random mask stays explicit
+    torch._dynamo.reset()
+
+
+def test_a_causal_buffer_mask_becomes_is_causal():
+    import sys
+
+    sys.path.insert(0, str(SAMPLES))
+    import manual_attention  # noqa: E402 - the bundled sample, as a live model
+
+    model, x = manual_attention.get_model(), manual_attention.get_inputs()
+    torch._dynamo.reset()
+    rewritten = []
+    compiled = torch.compile(model, backend=lambda gm, ex: rewritten.append(gm) or use_sdpa(gm, ex))
+    assert torch.allclose(compiled(x), model(x), atol=1e-5)
+    calls = [n.kwargs for gm in rewritten for n in gm.graph.nodes
+             if getattr(n.target, "__name__", "") == "scaled_dot_product_attention"]
+    assert [(c["is_causal"], c["attn_mask"]) for c in calls] == [(True, None), (True, None)]
     torch._dynamo.reset()
 
 

@@ -99,7 +99,9 @@ def use_sdpa(graph_module: torch.fx.GraphModule, example_inputs: list[Any]) -> C
 
     Only blocks it can translate exactly are replaced: scales by constants before any mask,
     at most one mask (``masked_fill`` with a large negative value, ``where``, or an added
-    float mask), dropout kept as ``dropout_p``. Others are left as they are.
+    float mask), dropout kept as ``dropout_p``. Others are left as they are. A mask whose
+    value on the example inputs is the lower triangle becomes ``is_causal=True``, which lets
+    SDPA pick its flash kernels.
     """
     from advisor.capture.graph import target_name
     from advisor.patterns import find_attention
@@ -107,24 +109,53 @@ def use_sdpa(graph_module: torch.fx.GraphModule, example_inputs: list[Any]) -> C
     graph = graph_module.graph
     matches = find_attention(list(graph.nodes), name=lambda n: target_name(n.target) if n.op.startswith("call") else "",
                              inputs=lambda n: n.all_input_nodes, users=lambda n: list(n.users))
-    for match in matches:
-        plan = _sdpa_arguments(match, target_name)
+    plans = [(match, _sdpa_arguments(match, target_name)) for match in matches]
+    values = _node_values(graph_module, example_inputs) if any(p and p["mask"] is not None for _, p in plans) else {}
+    for match, plan in plans:
         if plan is None:
             continue
         query, key_transposed = match.scores.args[0], match.scores.args[1]
+        causal = _is_causal(values.get(plan["mask"]), plan["invert_mask"], values.get(match.scores))
         with graph.inserting_before(match.output):
             key = _untransposed(graph, key_transposed)
-            mask = plan["mask"]
-            if plan["invert_mask"]:
+            mask = None if causal else plan["mask"]
+            if mask is not None and plan["invert_mask"]:
                 mask = graph.call_function(torch.logical_not, (mask,))
             attention = graph.call_function(
                 torch.nn.functional.scaled_dot_product_attention, (query, key, match.output.args[1]),
-                {"attn_mask": mask, "dropout_p": plan["dropout_p"], "scale": plan["scale"]})
+                {"attn_mask": mask, "dropout_p": plan["dropout_p"], "is_causal": causal, "scale": plan["scale"]})
         match.output.replace_all_uses_with(attention)
         for node in reversed([match.scores, *match.between, match.softmax, *match.after, match.output]):
             if not node.users:
                 graph.erase_node(node)
     return _finish(graph_module)
+
+
+def _node_values(graph_module: torch.fx.GraphModule, example_inputs: list[Any]) -> dict[torch.fx.Node, Any]:
+    """Every node's value on the example inputs (one extra forward at compile time); {} if that fails."""
+    interpreter = torch.fx.Interpreter(graph_module, garbage_collect_values=False)
+    try:
+        with torch.no_grad():
+            interpreter.run(*example_inputs)
+    except Exception:  # noqa: BLE001 - symbolic or fake inputs: fall back to explicit masks
+        return {}
+    return interpreter.env
+
+
+def _is_causal(mask: Any, inverted: bool, scores: Any) -> bool:
+    """Whether a mask keeps exactly the lower triangle of the (L, S) scores: SDPA's ``is_causal``."""
+    if not isinstance(mask, torch.Tensor) or not isinstance(scores, torch.Tensor) or mask.dim() < 2:
+        return False
+    if mask.dtype == torch.bool:
+        keep = ~mask if inverted else mask
+    elif mask.is_floating_point() and not inverted and bool(((mask == 0) | (mask == float("-inf"))).all()):
+        keep = mask == 0  # an additive 0 / -inf mask
+    else:
+        return False
+    rows, cols = scores.shape[-2:]
+    if tuple(keep.shape[-2:]) != (rows, cols) or any(size != 1 for size in keep.shape[:-2]):
+        return False
+    return torch.equal(keep.reshape(rows, cols), torch.ones(rows, cols, dtype=torch.bool, device=keep.device).tril())
 
 
 def _sdpa_arguments(match: Any, target_name: Callable[[Any], str]) -> dict[str, Any] | None:

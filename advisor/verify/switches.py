@@ -7,7 +7,13 @@ changed: each switch sets its value on entry and restores the previous one on ex
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from typing import Any, Callable, Iterator
+
+
+def with_switches(target: Any, *switches: Callable[[], contextlib.AbstractContextManager]) -> Any:
+    """A new Target whose steps run inside these switches as well (the given one is not changed)."""
+    return dataclasses.replace(target, step_contexts=(*target.step_contexts, *switches))
 
 
 def attribute(owner: Any, name: str, value: Any) -> Callable[[], contextlib.AbstractContextManager]:
