@@ -29,7 +29,7 @@ EXPECTED: dict[str, dict[str, list[str]]] = {
     "conv_bias_bn": {},
     "forgot_eval": {},
     "anomaly_left_on": {},
-    "manual_attention": {"missing-amp": []},
+    "manual_attention": {},
     "constant_masks": {},
     "redundant_clones": {"missing-amp": []},
     "moe_skewed": {"host-sync": ["nonzero(as_tuple=True)"]},
@@ -52,8 +52,10 @@ EXPECTED: dict[str, dict[str, list[str]]] = {
 # copies channels_last gradients back to NCHW; their profiled share of the step varied from
 # 4.5% to 22% across runs on this noisy machine, around the 5% default of non-contiguous.
 # Reporting is right (the fix was verified at 1.24x here); silence is within the threshold.
-# Hand-written attention: matmul copies its transposed key operand, 4-6% of the step across runs.
-BORDERLINE: dict[str, set[str]] = {"resnet_style": {"non-contiguous"}, "manual_attention": {"non-contiguous"}}
+# Hand-written attention: matmul copies its transposed key operand (4-6% of the step across runs),
+# and its matmuls measured 54-75% of the step around missing-amp's 50% (bf16 verified 1.8-3.6x when it fires).
+BORDERLINE: dict[str, set[str]] = {"resnet_style": {"non-contiguous"},
+                                   "manual_attention": {"non-contiguous", "missing-amp"}}
 MISSION = {"host-sync", "non-contiguous", "kernel-storm", "missing-amp", "dataloader-workers", "dataloader-pin-memory"}
 
 

@@ -120,6 +120,7 @@ def test_bootstrap_interval_and_verdicts():
     low, high = steady.interval()
     assert low <= steady.speedup <= high and 1.9 < low and high < 2.1
     assert verdict((1.02, 1.3)) == "verified" and verdict((0.7, 0.95)) == "slower" and verdict((0.9, 1.1)) == "no-gain"
+    assert verdict((1.004, 1.008)) == "no-gain" and verdict((0.992, 0.996)) == "no-gain"  # tight, but under 1%
 
 
 def test_numerics_compare_shapes_and_non_finite_baselines():

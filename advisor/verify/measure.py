@@ -84,10 +84,18 @@ def interleave(
     return result
 
 
+MIN_EFFECT = 0.01  # a change within 1% of the baseline is no change, however tight its interval
+
+
 def verdict(speedup_interval: tuple[float, float]) -> str:
+    """verified / slower when the whole 95% interval lies beyond 1 by at least MIN_EFFECT.
+
+    Without the margin, thousands of tight samples turn a 0.5% difference into a "slower 1.00x"
+    verdict, which no user can act on.
+    """
     low, high = speedup_interval
-    if low > 1.0:
+    if low > 1.0 + MIN_EFFECT:
         return "verified"
-    if high < 1.0:
+    if high < 1.0 - MIN_EFFECT:
         return "slower"
     return "no-gain"
