@@ -174,7 +174,6 @@ class CallSite(BaseModel):
     count: int = Field(default=1, description="calls in one step (runtime) or occurrences in the source")
     ms: float = Field(default=0.0, description="time spent in these calls during one step (runtime)")
     arguments: dict[str, str] = Field(default_factory=dict, description="selected arguments, as text")
-    in_loop: bool = Field(default=False, description="static sites: inside a for/while loop")
 
 
 class RoutingGroup(BaseModel):

@@ -246,6 +246,27 @@ def test_balanced_experts_and_layer_stacks_are_not_imbalanced(sample_audit):
     assert sample_audit("gpt_block").evidence.routing == []  # a ModuleList of blocks sees equal tokens
 
 
+def test_skipped_layers_and_chosen_heads_are_not_routing(tmp_path):
+    from advisor.capture.routing import measure_routing
+
+    path = write_model(tmp_path, """
+        import torch
+        from torch import nn
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.layers = nn.ModuleList(nn.Linear(8, 8) for _ in range(4))
+                self.heads = nn.ModuleDict({"a": nn.Linear(8, 2), "b": nn.Linear(8, 2)})
+            def forward(self, x):
+                for layer in self.layers[:2]:  # layer drop: the others are skipped whole
+                    x = layer(x)
+                return self.heads["a"](x)  # one head chosen per task
+        def get_model(): return Net()
+        def get_inputs(): return torch.randn(16, 8)
+    """)
+    assert measure_routing(load_target(str(path))) == []
+
+
 def test_synthetic_routing_is_said_to_be_synthetic(sample_audit):
     evidence = sample_audit("moe_layer").evidence
     skewed = evidence.routing[0].model_copy(update={"tokens": [400, 30, 30, 30, 0, 0, 0, 22]})

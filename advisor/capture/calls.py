@@ -104,7 +104,7 @@ _STATIC = {("zero_grad",): "zero_grad"}
 
 
 def static_sites(path: str) -> list[CallSite]:
-    """Watched calls written in the model file, with whether each sits inside a loop."""
+    """Watched calls written in the model file (anywhere in it: the step may not run them)."""
     try:
         with open(path, encoding="utf-8") as handle:
             source = handle.read()
@@ -113,26 +113,17 @@ def static_sites(path: str) -> list[CallSite]:
         return []
     lines = source.splitlines()
     found: dict[tuple[str, int], CallSite] = {}
-
-    def visit(node: ast.AST, in_loop: bool) -> None:
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
-                visit(child, False)  # a function body is judged where it is called, not where defined
-                continue
-            loop = in_loop or isinstance(child, (ast.For, ast.While, ast.AsyncFor))
-            if isinstance(child, ast.Call) and (api := _static_api(child.func)) is not None:
-                site = found.get((api, child.lineno))
-                if site is None:
-                    found[(api, child.lineno)] = CallSite(
-                        api=api, file=os.path.abspath(path), line=child.lineno,
-                        code=lines[child.lineno - 1].strip() if child.lineno <= len(lines) else "",
-                        runtime=False, arguments=_static_arguments(api, child), in_loop=loop)
-                else:
-                    site.count += 1
-            visit(child, loop)
-
-    visit(tree, False)
-    return list(found.values())
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call) or (api := _static_api(node.func)) is None:
+            continue
+        if (api, node.lineno) in found:
+            found[(api, node.lineno)].count += 1
+            continue
+        found[(api, node.lineno)] = CallSite(
+            api=api, file=os.path.abspath(path), line=node.lineno,
+            code=lines[node.lineno - 1].strip() if node.lineno <= len(lines) else "",
+            runtime=False, arguments=_static_arguments(api, node))
+    return sorted(found.values(), key=lambda site: site.line)
 
 
 def _dotted(func: ast.expr) -> tuple[str, ...]:

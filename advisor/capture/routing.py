@@ -62,8 +62,8 @@ def measure_routing(target: Target) -> list[RoutingGroup]:
                     counts.clear()
                 call_user("routing", target.path, "the model's forward", call_model, model, batch)
                 for path, counts in seen_this_forward.items():
-                    if len(set(counts.values())) > 1 or (1 < len(counts) < len(groups[path])):
-                        varied.add(path)  # one called member alone may be a selected head, not routing
+                    if len(set(counts.values())) > 1:
+                        varied.add(path)  # equal counts, or members skipped whole (layer drop, a chosen head): no router
     finally:
         for handle in handles:
             handle.remove()
