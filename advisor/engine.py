@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from advisor.evidence import Evidence
+from advisor.gc_pause import gc_paused
 from advisor.rule import Finding, Rule, Severity, Thresholds
 
 
@@ -148,20 +149,22 @@ def run_rules(
 ) -> tuple[list[Finding], list[RuleProblem]]:
     findings: list[Finding] = []
     problems: list[RuleProblem] = []
-    for rule in ruleset.rules:
-        if disabled and rule.slug in disabled:
-            continue
-        try:
-            produced = list(rule.check(evidence, thresholds_for(rule, overrides or {})))
-        except Exception as broken:  # noqa: BLE001 - one bad rule must not end the audit
-            problems.append(RuleProblem(rule.slug, f"raised {type(broken).__name__}: {broken}; its findings are missing",
-                                        "".join(traceback.format_exception(broken))))
-            continue
-        for finding in produced:
-            findings.append(finding.model_copy(update={
-                "slug": rule.slug, "code": rule.code, "title": rule.title, "layer": rule.layer,
-                "severity": finding.severity or rule.severity,
-            }))
+    with gc_paused():  # rules allocate many small acyclic objects next to a large live trace
+        for rule in ruleset.rules:
+            if disabled and rule.slug in disabled:
+                continue
+            try:
+                produced = list(rule.check(evidence, thresholds_for(rule, overrides or {})))
+            except Exception as broken:  # noqa: BLE001 - one bad rule must not end the audit
+                problems.append(RuleProblem(
+                    rule.slug, f"raised {type(broken).__name__}: {broken}; its findings are missing",
+                    "".join(traceback.format_exception(broken))))
+                continue
+            for finding in produced:
+                findings.append(finding.model_copy(update={
+                    "slug": rule.slug, "code": rule.code, "title": rule.title, "layer": rule.layer,
+                    "severity": finding.severity or rule.severity,
+                }))
     findings.sort(key=_order)
     return findings, problems
 

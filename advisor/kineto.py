@@ -10,11 +10,11 @@ innermost Python frame outside the libraries (which names the function, not the 
 from __future__ import annotations
 
 import bisect
-import gc
 import operator
 import os
 from typing import Any, Iterable
 
+from advisor.gc_pause import gc_paused
 from advisor.trace_model import DeviceEvent, Op, SourceCall, SourceRef, Span, Trace
 from advisor.trace_stream import EventStream, TraceFormatError
 
@@ -44,21 +44,11 @@ _NO_ARGS: dict = {}
 
 
 def parse_trace(path: str) -> Trace:
-    """Parse a Kineto trace into a Trace (see trace_model).
-
-    The cyclic garbage collector is paused meanwhile: parsing allocates hundreds of thousands of
-    acyclic objects (decoded events, ops), and the collector's passes over them, each scanning
-    everything still alive, cost about a third of the parse on a million-event trace.
-    """
+    """Parse a Kineto trace into a Trace (see trace_model), with the cyclic GC paused (gc_pause)."""
     if not os.path.exists(path):
         raise TraceFormatError(f"{path}: no such file")
-    paused = gc.isenabled()
-    gc.disable()
-    try:
+    with gc_paused():
         return _parse(path)
-    finally:
-        if paused:
-            gc.enable()
 
 
 def _parse(path: str) -> Trace:
@@ -92,10 +82,11 @@ def _parse(path: str) -> Trace:
                 trace.source_annotated = True
             else:
                 add_host((_tid(event), ts, -dur, cat, name, event.get("args") or _NO_ARGS))
-        elif cat == "cuda_runtime" or cat == "cuda_driver":
-            runtime = _device_event(cat, name, ts, dur, event.get("args") or _NO_ARGS)
-            runtime.tid = _tid(event)
-            add_runtime(runtime)
+        elif cat == "cuda_runtime" or cat == "cuda_driver":  # the most numerous device-side events
+            correlation = (event.get("args") or _NO_ARGS).get("correlation")
+            add_runtime(DeviceEvent(cat, name, ts, dur, None,
+                                    correlation if correlation.__class__ is int else _integer(correlation),
+                                    None, _tid(event)))
         elif cat == "kernel":
             add_kernel(_device_event(cat, name, ts, dur, event.get("args") or _NO_ARGS))
         elif cat == "gpu_memcpy" or cat == "gpu_memset":
@@ -118,14 +109,12 @@ def _tid(event: dict) -> int:
         return hash(tid) & 0x7FFFFFFF
 
 
+def _integer(value: Any) -> int | None:
+    return int(value) if isinstance(value, (int, float)) else None
+
+
 def _device_event(cat: str, name: str, ts: float, dur: float, args: dict) -> DeviceEvent:
-    correlation = args.get("correlation")
-    stream = args.get("stream")
-    event = DeviceEvent(
-        cat, name, ts, dur,
-        int(stream) if isinstance(stream, (int, float)) else None,
-        int(correlation) if isinstance(correlation, (int, float)) else None,
-    )
+    event = DeviceEvent(cat, name, ts, dur, _integer(args.get("stream")), _integer(args.get("correlation")))
     size = args.get("bytes")
     if isinstance(size, (int, float)):
         event.bytes = int(size)
