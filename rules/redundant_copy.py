@@ -46,7 +46,6 @@ from advisor.rule import Finding, Fix, Layer, Location, Severity, Threshold, Thr
 FRESH_CONTIGUOUS = {"F.linear", "matmul", "torch.matmul", "torch.bmm", "bmm", "torch.mm", "mm", "torch.addmm",
                     "torch.cat", "torch.stack", "F.layer_norm", "F.embedding", "contiguous", "torch.einsum"}
 DTYPE_CONVERSIONS = {"float", "double", "half", "bfloat16", "to", "type"}
-COPY_APIS = {"clone": "Tensor.clone", "torch.clone": "clone"}
 
 
 @rule(

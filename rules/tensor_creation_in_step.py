@@ -64,7 +64,10 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     from_host = [n for n in constants if _short(n.target) in FROM_HOST]
     if not ev.on_cuda and (share is None or share < th.min_share):
         return  # on a CPU, small constants cost next to nothing: not worth a change
-    elements = sum(_numel(n) for n in constants if not any(u in constants for u in _users(ev, n)))
+    constant_ids = {n.id for n in constants}
+    # the last constant of each chain (triu, not the full it reads): the tensors the step then uses
+    elements = sum(_numel(n) for n in constants
+                   if not any(user in constant_ids for user in ev.graph.digraph.successors(n.id)))
     yield Finding(
         severity=Severity.MEDIUM if ev.on_cuda and from_host else Severity.LOW,
         message=(f"{len(by_line)} line(s) rebuild constant tensors every step ({elements:,} elements)"
@@ -103,11 +106,6 @@ def _constant_nodes(calls: list[GraphNode]) -> list[GraphNode]:
             known.add(node.id)
             found.append(node)
     return found
-
-
-def _users(ev: Evidence, node: GraphNode) -> list[GraphNode]:
-    nodes = {n.id: n for n in ev.graph.nodes}
-    return [nodes[s] for s in ev.graph.digraph.successors(node.id)]
 
 
 def _numel(node: GraphNode) -> int:

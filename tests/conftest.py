@@ -67,6 +67,45 @@ def line_of(path: Path, marker: str) -> int:
     raise AssertionError(f"{marker!r} not in {path}")
 
 
+def slugs(result: AuditResult) -> set[str]:
+    return {f.slug for f in result.report.findings}
+
+
+def only_finding(result: AuditResult, slug: str):
+    """The one finding of ``slug`` in an audit (fails listing what fired otherwise)."""
+    found = [f for f in result.report.findings if f.slug == slug]
+    assert len(found) == 1, [f.slug for f in result.report.findings]
+    return found[0]
+
+
+def check_rule(slug: str, evidence) -> list:
+    """One built-in rule over some evidence, with its default thresholds."""
+    from advisor.engine import load_rules, thresholds_for
+
+    rule = load_rules().get(slug)
+    return list(rule.check(evidence, thresholds_for(rule, {})))
+
+
+def as_cuda(evidence, **env):
+    """The same captured evidence, recorded as if the device had been an A100 (GPU-only rules)."""
+    return evidence.model_copy(update={
+        "target": evidence.target.model_copy(update={"device": "cuda:0"}),
+        "env": evidence.env.model_copy(update={"device_name": "NVIDIA A100-SXM4-80GB", "gpu_capability": (8, 0),
+                                               "gpu_count": 1, **env}),
+    })
+
+
+def verify_sample(sample: str, finding, slug: str, seconds: float = 4):
+    """Measure one finding's fix on a bundled sample, as the verification child would."""
+    from advisor.engine import load_rules
+    from advisor.target import load_target
+    from advisor.verify.run import Budget, verify_one
+
+    spec = load_rules().get(slug).fix_spec
+    return verify_one(load_target(str(SAMPLES / f"{sample}.py")), [(finding, spec)], Budget(seconds),
+                      lambda text: None, slug)
+
+
 def shared_trace(relative: str) -> Path:
     path = SHARED_TRACES / relative
     if not path.exists():

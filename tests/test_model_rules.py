@@ -9,55 +9,23 @@ from __future__ import annotations
 import torch
 
 from advisor.capture.graph import capture_graph
-from advisor.engine import load_rules, thresholds_for
-from advisor.evidence import Evidence
 from advisor.rule import Severity
 from advisor.target import load_target
 from advisor.verify.rewrites import fold_constants, use_sdpa
-from advisor.verify.run import Budget, verify_one
-from conftest import SAMPLES, audit, line_of, write_model
-
-
-def _check(slug: str, evidence: Evidence) -> list:
-    rule = load_rules().get(slug)
-    return list(rule.check(evidence, thresholds_for(rule, {})))
-
-
-def _only(result, slug: str):
-    found = [f for f in result.report.findings if f.slug == slug]
-    assert len(found) == 1, [f.slug for f in result.report.findings]
-    return found[0]
-
-
-def _slugs(result) -> set[str]:
-    return {f.slug for f in result.report.findings}
-
-
-def _as_cuda(evidence: Evidence, **env) -> Evidence:
-    """The same captured evidence, recorded as if the device had been a CUDA GPU."""
-    return evidence.model_copy(update={
-        "target": evidence.target.model_copy(update={"device": "cuda:0"}),
-        "env": evidence.env.model_copy(update={"device_name": "NVIDIA A100-SXM4-80GB", "gpu_capability": (8, 0),
-                                               "gpu_count": 1, **env}),
-    })
-
-
-def _verify(sample: str, finding, slug: str, seconds: float = 4):
-    spec = load_rules().get(slug).fix_spec
-    return verify_one(load_target(str(SAMPLES / f"{sample}.py")), [(finding, spec)], Budget(seconds),
-                      lambda text: None, slug)
+from conftest import (SAMPLES, as_cuda, audit, check_rule, line_of, only_finding, slugs, verify_sample,
+                      write_model)
 
 
 # --- manual-attention -------------------------------------------------------------------------
 
 def test_hand_written_attention_is_found_and_sdpa_is_verified(sample_audit):
-    finding = _only(sample_audit("manual_attention"), "manual-attention")
+    finding = only_finding(sample_audit("manual_attention"), "manual-attention")
     path = SAMPLES / "manual_attention.py"
     assert finding.evidence["blocks"] == 2 and finding.evidence["score_shape"] == [4, 4, 256, 256]
     assert finding.evidence["causal_mask"] is False  # a registered buffer: its values are not in the graph
     assert [(loc.line, loc.count_per_step) for loc in finding.locations] == [(line_of(path, "F.softmax(att"), 2)]
     assert "attn_mask" in finding.fix.summary
-    verdict = _verify("manual_attention", finding, "manual-attention")
+    verdict = verify_sample("manual_attention", finding, "manual-attention")
     assert verdict.status in ("verified", "no-gain", "slower") and verdict.max_rel_error <= 1e-4
 
 
@@ -128,18 +96,18 @@ def test_attention_that_never_runs_or_whose_weights_are_used_is_not_reported(tmp
         def get_model(): return Both()
         def get_inputs(): return tuple(torch.randn(2, 2, 32, 16) for _ in range(3))
     """)
-    assert "manual-attention" not in _slugs(audit(path, tmp_path))
+    assert "manual-attention" not in slugs(audit(path, tmp_path))
     for sample in ("gpt_block", "moe_layer"):  # SDPA; a softmax router that feeds no matmul
-        assert "manual-attention" not in _slugs(sample_audit(sample))
+        assert "manual-attention" not in slugs(sample_audit(sample))
 
 
 # --- channels-last ----------------------------------------------------------------------------
 
 def test_nchw_conv_nets_get_channels_last(sample_audit):
-    finding = _only(sample_audit("conv_bias_bn"), "channels-last")
+    finding = only_finding(sample_audit("conv_bias_bn"), "channels-last")
     assert finding.evidence["nchw_conv_layers"] == 2 and finding.evidence["conv_share_of_step"] >= 0.25
     assert finding.severity == Severity.LOW  # a CPU run: the verification measures the gain
-    assert "channels-last" not in _slugs(sample_audit("conformer_conv"))  # Conv1d: no channels_last for 3-D
+    assert "channels-last" not in slugs(sample_audit("conformer_conv"))  # Conv1d: no channels_last for 3-D
 
 
 def test_a_conv_net_already_in_channels_last_is_left_alone(tmp_path):
@@ -153,13 +121,13 @@ def test_a_conv_net_already_in_channels_last_is_left_alone(tmp_path):
             return torch.randn(8, 3, 32, 32).contiguous(memory_format=torch.channels_last)
     """)
     result = audit(path, tmp_path)
-    assert result.evidence.graph is not None and "channels-last" not in _slugs(result)
+    assert result.evidence.graph is not None and "channels-last" not in slugs(result)
 
 
 # --- redundant-copy ---------------------------------------------------------------------------
 
 def test_redundant_clones_and_no_op_contiguous(sample_audit):
-    finding = _only(sample_audit("redundant_clones"), "redundant-copy")
+    finding = only_finding(sample_audit("redundant_clones"), "redundant-copy")
     path = str(SAMPLES / "redundant_clones.py")
     assert finding.evidence["calls"] == 8  # 4 blocks x (.contiguous() + .clone())
     assert sorted({tuple(site[1:]) for site in finding.evidence["sites"]}) == [
@@ -187,25 +155,25 @@ def test_needed_copies_and_autocast_casts_are_not_redundant(tmp_path, sample_aud
         def get_model(): return Net().eval()
         def get_inputs(): return torch.randn(32, 32)
     """)
-    assert "redundant-copy" not in _slugs(audit(path, tmp_path))
-    assert "redundant-copy" not in _slugs(sample_audit("non_contiguous"))  # .contiguous() after permute
+    assert "redundant-copy" not in slugs(audit(path, tmp_path))
+    assert "redundant-copy" not in slugs(sample_audit("non_contiguous"))  # .contiguous() after permute
 
 
 # --- tensor-creation-in-step ------------------------------------------------------------------
 
 def test_constants_rebuilt_every_step(sample_audit):
-    finding = _only(sample_audit("constant_masks"), "tensor-creation-in-step")
+    finding = only_finding(sample_audit("constant_masks"), "tensor-creation-in-step")
     path = SAMPLES / "constant_masks.py"
     assert [loc.line for loc in finding.locations] == [line_of(path, "torch.arange(T)"), line_of(path, "torch.triu(")]
     assert finding.evidence["elements"] == 512 + 512 * 512  # position ids and the mask, as used
     assert finding.evidence["share_of_step"] >= 0.02
-    assert "tensor-creation-in-step" not in _slugs(sample_audit("manual_attention"))  # a registered buffer
+    assert "tensor-creation-in-step" not in slugs(sample_audit("manual_attention"))  # a registered buffer
 
 
 def test_small_constants_are_silent_on_cpu_and_reported_on_cuda(sample_audit):
     result = sample_audit("gpt_block")  # torch.arange(T) for positions: microseconds on a CPU
-    assert "tensor-creation-in-step" not in _slugs(result)
-    [finding] = _check("tensor-creation-in-step", _as_cuda(result.evidence))
+    assert "tensor-creation-in-step" not in slugs(result)
+    [finding] = check_rule("tensor-creation-in-step", as_cuda(result.evidence))
     assert finding.evidence["lines"] == 1
 
 
@@ -229,7 +197,7 @@ def test_constant_folding_rewrite_is_exact_and_leaves_random_ops():
 # --- moe-imbalance ----------------------------------------------------------------------------
 
 def test_skewed_router_measured_on_loader_batches(sample_audit):
-    finding = _only(sample_audit("moe_skewed"), "moe-imbalance")
+    finding = only_finding(sample_audit("moe_skewed"), "moe-imbalance")
     assert finding.evidence["measured_on"] == "dataloader" and finding.evidence["forwards"] == 8
     assert sum(finding.evidence["tokens_per_expert"]) == 1024  # every token of the 8 batches, top-1
     assert finding.evidence["busiest"] == 0 and finding.evidence["max_over_mean"] > 3
@@ -242,7 +210,7 @@ def test_balanced_experts_and_layer_stacks_are_not_imbalanced(sample_audit):
     balanced = sample_audit("moe_layer")
     [group] = balanced.evidence.routing  # routed, measured on get_inputs()
     assert group.source == "synthetic" and sum(group.tokens) == 2 * 4 * 64  # top-2
-    assert "moe-imbalance" not in _slugs(balanced)
+    assert "moe-imbalance" not in slugs(balanced)
     assert sample_audit("gpt_block").evidence.routing == []  # a ModuleList of blocks sees equal tokens
 
 
@@ -270,35 +238,35 @@ def test_skipped_layers_and_chosen_heads_are_not_routing(tmp_path):
 def test_synthetic_routing_is_said_to_be_synthetic(sample_audit):
     evidence = sample_audit("moe_layer").evidence
     skewed = evidence.routing[0].model_copy(update={"tokens": [400, 30, 30, 30, 0, 0, 0, 22]})
-    [finding] = _check("moe-imbalance", evidence.model_copy(update={"routing": [skewed]}))
+    [finding] = check_rule("moe-imbalance", evidence.model_copy(update={"routing": [skewed]}))
     assert "synthetic" in finding.message and finding.evidence["idle_experts"] == [4, 5, 6]
 
 
 # --- misaligned-dims --------------------------------------------------------------------------
 
-def test_misaligned_half_precision_matmuls_on_cuda_only(sample_audit):
+def test_misaligned_half_precision_matmuls_on_cudaonly_finding(sample_audit):
     result = sample_audit("misaligned_head")
-    assert "misaligned-dims" not in _slugs(result)  # CPU: not applicable
-    [finding] = _check("misaligned-dims", _as_cuda(result.evidence))
+    assert "misaligned-dims" not in slugs(result)  # CPU: not applicable
+    [finding] = check_rule("misaligned-dims", as_cuda(result.evidence))
     assert sorted(map(tuple, finding.evidence["shapes"])) == [(250, 1001), (256, 250)]
-    trace_only = _as_cuda(result.evidence).model_copy(update={"graph": None})  # the trace's aten::addmm shapes
-    [from_trace] = _check("misaligned-dims", trace_only)
+    trace_only = as_cuda(result.evidence).model_copy(update={"graph": None})  # the trace's aten::addmm shapes
+    [from_trace] = check_rule("misaligned-dims", trace_only)
     assert sorted(map(tuple, from_trace.evidence["shapes"])) == [(250, 1001), (256, 250)]
     aligned = sample_audit("bf16_weights")  # bf16, aligned dimensions
-    assert _check("misaligned-dims", _as_cuda(aligned.evidence)) == []
+    assert check_rule("misaligned-dims", as_cuda(aligned.evidence)) == []
 
 
 # --- graph-breaks -----------------------------------------------------------------------------
 
 def test_graph_breaks_are_reported_with_reasons_and_lines(sample_audit):
-    finding = _only(sample_audit("host_sync"), "graph-breaks")
+    finding = only_finding(sample_audit("host_sync"), "graph-breaks")
     path = SAMPLES / "host_sync.py"
     assert finding.evidence["places"] == 2 and finding.evidence["graphs"] > 2
     assert [loc.line for loc in finding.locations] == [line_of(path, ".item() > 0.5"),
                                                        line_of(path, "scores.squeeze(-1) > 0.3")]
     assert any("item()" in reason for reason in finding.evidence["reasons"])
     for sample in ("gpt_block", "moe_layer"):  # one graph; Dynamo traces moe_layer's torch.where
-        assert "graph-breaks" not in _slugs(sample_audit(sample))
+        assert "graph-breaks" not in slugs(sample_audit(sample))
 
 
 def test_capture_records_devices_and_constant_arguments():

@@ -8,7 +8,7 @@ from advisor.engine import load_rules
 from advisor.rule import FixSpec, Severity
 from advisor.target import load_target
 from advisor.verify.run import Budget, verify_one
-from conftest import SAMPLES
+from conftest import SAMPLES, slugs
 
 HEALTHY = ("clean_mlp", "bf16_weights", "train_with_loader")
 
@@ -16,10 +16,6 @@ HEALTHY = ("clean_mlp", "bf16_weights", "train_with_loader")
 @pytest.mark.parametrize("sample", HEALTHY)
 def test_healthy_samples_get_no_finding_from_any_rule(sample_audit, sample):
     assert sample_audit(sample).report.findings == []
-
-
-def _slugs(result) -> set[str]:
-    return {f.slug for f in result.report.findings}
 
 
 def test_anomaly_detection_left_on_is_high_in_training_and_its_fix_is_measured(sample_audit):
@@ -30,7 +26,7 @@ def test_anomaly_detection_left_on_is_high_in_training_and_its_fix_is_measured(s
     verdict = verify_one(load_target(str(SAMPLES / "anomaly_left_on.py")), [(finding, spec)], Budget(6),
                          lambda text: None, "anomaly")
     assert verdict.status == "verified" and verdict.max_rel_error <= 1e-6  # same math, no bookkeeping
-    assert "anomaly-detection" not in _slugs(sample_audit("train_with_loader"))
+    assert "anomaly-detection" not in slugs(sample_audit("train_with_loader"))
 
 
 def test_a_model_left_in_training_mode_for_inference(sample_audit):
@@ -41,7 +37,7 @@ def test_a_model_left_in_training_mode_for_inference(sample_audit):
     # negatives: eval() models, and a train-mode model without Dropout/BatchNorm (host_sync's GatedMLP)
     assert result.evidence.target.training_flag is True
     for sample in ("missing_amp", "host_sync"):
-        assert "train-mode-inference" not in _slugs(sample_audit(sample))
+        assert "train-mode-inference" not in slugs(sample_audit(sample))
 
 
 def test_conv_bias_before_batchnorm_and_the_exact_fold(sample_audit):
@@ -53,5 +49,5 @@ def test_conv_bias_before_batchnorm_and_the_exact_fold(sample_audit):
     verdict = verify_one(load_target(str(SAMPLES / "conv_bias_bn.py")), [(finding, spec)], Budget(4),
                          lambda text: None, "fold")
     assert verdict.status != "numerics-failed" and verdict.max_rel_error <= 1e-4  # the fold is exact
-    assert "conv-bias-before-bn" not in _slugs(sample_audit("resnet_style"))  # bias=False already
-    assert "conv-bias-before-bn" not in _slugs(sample_audit("dataloader_workers"))  # conv -> ReLU, no BN
+    assert "conv-bias-before-bn" not in slugs(sample_audit("resnet_style"))  # bias=False already
+    assert "conv-bias-before-bn" not in slugs(sample_audit("dataloader_workers"))  # conv -> ReLU, no BN

@@ -11,14 +11,14 @@ from advisor.analyze import evidence_from_traces
 from advisor.capture.calls import static_sites
 from advisor.kineto import parse_trace
 from advisor.rule import Severity
-from conftest import SAMPLES, audit, line_of, shared_trace, write_model
-from test_model_rules import _as_cuda, _check, _only, _slugs, _verify
+from conftest import (SAMPLES, as_cuda, audit, check_rule, line_of, only_finding, shared_trace, slugs,
+                      verify_sample, write_model)
 
 ALEXNET = "critical_path/alexnet/benchmark_result_2869224_1695835535_trace.json.gz"
 
 
 def _trace_findings(relative: str, slug: str) -> list:
-    return _check(slug, evidence_from_traces([parse_trace(str(shared_trace(relative)))]))
+    return check_rule(slug, evidence_from_traces([parse_trace(str(shared_trace(relative)))]))
 
 
 # --- CUDA library settings ----------------------------------------------------------------------
@@ -28,25 +28,25 @@ def test_library_flags_are_recorded_but_not_judged_on_cpu(sample_audit):
     env = result.evidence.env
     assert env.deterministic_algorithms is True and env.cudnn_benchmark is False
     assert env.float32_matmul_precision == "highest"
-    assert not _slugs(result) & {"deterministic-algorithms", "cudnn-benchmark", "tf32-disabled"}
+    assert not slugs(result) & {"deterministic-algorithms", "cudnn-benchmark", "tf32-disabled"}
 
 
 def test_the_same_settings_on_a_gpu_are_reported(sample_audit):
-    evidence = _as_cuda(sample_audit("gpu_flags").evidence)
-    [benchmark] = _check("cudnn-benchmark", evidence)
+    evidence = as_cuda(sample_audit("gpu_flags").evidence)
+    [benchmark] = check_rule("cudnn-benchmark", evidence)
     assert benchmark.evidence["convolutions"] == 1
-    [deterministic] = _check("deterministic-algorithms", evidence)
+    [deterministic] = check_rule("deterministic-algorithms", evidence)
     assert deterministic.evidence["deterministic_algorithms"] is True
-    [tf32] = _check("tf32-disabled", evidence.model_copy(update={"trace": None}))  # the live settings path
+    [tf32] = check_rule("tf32-disabled", evidence.model_copy(update={"trace": None}))  # the live settings path
     assert tf32.evidence["fp32_matmuls"] == 1
     # negatives: the flags set the fast way, a GPU older than Ampere, and a model without convolutions
-    fast = _as_cuda(sample_audit("gpu_flags").evidence, cudnn_benchmark=True, deterministic_algorithms=False,
+    fast = as_cuda(sample_audit("gpu_flags").evidence, cudnn_benchmark=True, deterministic_algorithms=False,
                     float32_matmul_precision="high", tf32_matmul=True)
-    assert _check("cudnn-benchmark", fast) == [] and _check("deterministic-algorithms", fast) == []
-    assert _check("tf32-disabled", fast.model_copy(update={"trace": None})) == []
-    volta = _as_cuda(sample_audit("gpu_flags").evidence, gpu_capability=(7, 0))
-    assert _check("tf32-disabled", volta.model_copy(update={"trace": None})) == []
-    assert _check("cudnn-benchmark", _as_cuda(sample_audit("clean_mlp").evidence, cudnn_benchmark=False)) == []
+    assert check_rule("cudnn-benchmark", fast) == [] and check_rule("deterministic-algorithms", fast) == []
+    assert check_rule("tf32-disabled", fast.model_copy(update={"trace": None})) == []
+    volta = as_cuda(sample_audit("gpu_flags").evidence, gpu_capability=(7, 0))
+    assert check_rule("tf32-disabled", volta.model_copy(update={"trace": None})) == []
+    assert check_rule("cudnn-benchmark", as_cuda(sample_audit("clean_mlp").evidence, cudnn_benchmark=False)) == []
 
 
 def test_tf32_off_shows_in_real_a100_traces():
@@ -64,32 +64,32 @@ def test_tf32_off_shows_in_real_a100_traces():
 # --- calls watched in the step ------------------------------------------------------------------
 
 def test_gradcheck_left_in_the_step(sample_audit):
-    finding = _only(sample_audit("gradcheck_left_in"), "debug-apis")
+    finding = only_finding(sample_audit("gradcheck_left_in"), "debug-apis")
     assert finding.evidence["apis"] == {"torch.autograd.gradcheck": 1}
     assert [loc.line for loc in finding.locations] == [line_of(SAMPLES / "gradcheck_left_in.py", "gradcheck(")]
 
 
 def test_empty_cache_in_the_step_is_low_on_cpu_and_high_on_cuda(sample_audit):
     result = sample_audit("empty_cache_step")
-    finding = _only(result, "empty-cache")
+    finding = only_finding(result, "empty-cache")
     assert finding.severity == Severity.LOW and finding.evidence["calls_per_step"] == 3
     assert finding.locations[0].count_per_step == 3
-    [on_gpu] = _check("empty-cache", _as_cuda(result.evidence))
+    [on_gpu] = check_rule("empty-cache", as_cuda(result.evidence))
     assert on_gpu.severity == Severity.HIGH
-    verdict = _verify("empty_cache_step", finding, "empty-cache")
+    verdict = verify_sample("empty_cache_step", finding, "empty-cache")
     assert verdict.status == "not-verifiable-here" and "does nothing on cpu" in verdict.note
 
 
 def test_synchronous_checkpoint_in_the_step_and_its_measured_cost(sample_audit):
-    finding = _only(sample_audit("checkpoint_every_step"), "checkpoint-in-step")
+    finding = only_finding(sample_audit("checkpoint_every_step"), "checkpoint-in-step")
     assert finding.evidence["saves_per_step"] == 1 and finding.evidence["save_ms_per_step"] > 0
     assert finding.locations[0].line == line_of(SAMPLES / "checkpoint_every_step.py", "torch.save(")
-    verdict = _verify("checkpoint_every_step", finding, "checkpoint-in-step")
+    verdict = verify_sample("checkpoint_every_step", finding, "checkpoint-in-step")
     assert verdict.status == "verified" and verdict.max_rel_error <= 1e-6  # the save changes no number
 
 
 def test_zero_grad_in_place_read_from_the_training_loop(sample_audit, tmp_path):
-    finding = _only(sample_audit("zero_grad_in_place"), "zero-grad")
+    finding = only_finding(sample_audit("zero_grad_in_place"), "zero-grad")
     assert finding.evidence["seen_in_step"] is False
     assert finding.locations[0].line == line_of(SAMPLES / "zero_grad_in_place.py", "optimizer.zero_grad(set_to_none=False)")
     path = write_model(tmp_path, """
@@ -112,40 +112,40 @@ def test_advisors_own_zero_grad_and_healthy_steps_record_no_calls(sample_audit):
 # --- threads, workers, wrappers, optimizers -----------------------------------------------------
 
 def test_oversubscribed_threads_and_the_measured_fix(sample_audit):
-    finding = _only(sample_audit("oversubscribed_threads"), "cpu-threads")
+    finding = only_finding(sample_audit("oversubscribed_threads"), "cpu-threads")
     cores = finding.evidence["cores_available"]
     assert finding.evidence["torch_threads"] == 4 * cores and finding.severity == Severity.HIGH
-    verdict = _verify("oversubscribed_threads", finding, "cpu-threads")
+    verdict = verify_sample("oversubscribed_threads", finding, "cpu-threads")
     assert verdict.status != "numerics-failed" and verdict.samples > 0
     for sample in ("clean_mlp", "dataloader_workers", "train_with_loader"):
-        assert "cpu-threads" not in _slugs(sample_audit(sample))
+        assert "cpu-threads" not in slugs(sample_audit(sample))
 
 
 def test_more_loader_workers_than_cores(sample_audit):
     result = sample_audit("many_workers")
-    finding = _only(result, "dataloader-too-many-workers")
+    finding = only_finding(result, "dataloader-too-many-workers")
     cores = result.evidence.env.cpu_cores_available
     assert finding.evidence["num_workers"] == cores + 2 and finding.evidence["suggested_workers"] == cores
-    assert "cpu-threads" not in _slugs(result)  # the same cause is reported once
+    assert "cpu-threads" not in slugs(result)  # the same cause is reported once
     for sample in ("dataloader_workers", "audio_loader", "train_with_loader"):
-        assert "dataloader-too-many-workers" not in _slugs(sample_audit(sample))
+        assert "dataloader-too-many-workers" not in slugs(sample_audit(sample))
 
 
 def test_data_parallel_wrapper(sample_audit):
     result = sample_audit("data_parallel")
-    finding = _only(result, "dataparallel")
+    finding = only_finding(result, "dataparallel")
     assert finding.severity == Severity.LOW and finding.evidence["data_parallel_wrappers"] == 1
-    [multi_gpu] = _check("dataparallel", _as_cuda(result.evidence, gpu_count=4))
+    [multi_gpu] = check_rule("dataparallel", as_cuda(result.evidence, gpu_count=4))
     assert multi_gpu.severity == Severity.HIGH
 
 
 def test_single_tensor_optimizer_and_the_fused_fix(sample_audit):
-    finding = _only(sample_audit("per_tensor_adam"), "optimizer-foreach")
+    finding = only_finding(sample_audit("per_tensor_adam"), "optimizer-foreach")
     assert finding.evidence["param_tensors"] == 48 and finding.evidence["suggested"] == "fused"
     assert finding.evidence["share_of_step"] >= 0.05
-    verdict = _verify("per_tensor_adam", finding, "optimizer-foreach")
+    verdict = verify_sample("per_tensor_adam", finding, "optimizer-foreach")
     assert verdict.status != "numerics-failed" and verdict.max_rel_error is not None
-    assert "optimizer-foreach" not in _slugs(sample_audit("train_with_loader"))  # 4 tensors: nothing to batch
+    assert "optimizer-foreach" not in slugs(sample_audit("train_with_loader"))  # 4 tensors: nothing to batch
 
 
 def test_a_step_that_profiles_itself_is_reported_not_crashed(tmp_path):
@@ -163,7 +163,7 @@ def test_a_step_that_profiles_itself_is_reported_not_crashed(tmp_path):
         def get_inputs(): return torch.randn(8, 64)
     """)
     result = audit(path, tmp_path / "out")
-    finding = _only(result, "debug-apis")
+    finding = only_finding(result, "debug-apis")
     assert finding.evidence["apis"] == {"torch.profiler.profile": 1} and finding.locations[0].line == 8
     trace = next(s for s in result.report.stages if s.stage == "trace")
     assert trace.status == "skipped" and "own profiler" in trace.note
