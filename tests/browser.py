@@ -77,6 +77,15 @@ class Browser:
         self.call("Page.reload")
         self.wait_for("Page.loadEventFired")
 
+    def settle_storage(self, seconds: float = 0.5) -> None:
+        """Give a localStorage write time to reach the browser's storage service.
+
+        The page writes synchronously, but Chromium commits to its storage backend
+        asynchronously; a reload racing that commit on a loaded machine read the old value
+        (seen once in a CI rehearsal).
+        """
+        time.sleep(seconds)
+
     def evaluate(self, expression: str):
         result = self.call("Runtime.evaluate", expression=expression, returnByValue=True)
         return result["result"].get("value")

@@ -42,9 +42,11 @@ def test_a_checked_box_survives_a_reload(browser, report_page):
     browser.open(report_page.as_uri())
     assert browser.evaluate("document.querySelector('input[data-finding]').checked") is False
     browser.evaluate("document.querySelector('input[data-finding]').click()")
+    browser.settle_storage()
     browser.reload()
     assert browser.evaluate("document.querySelector('input[data-finding]').checked") is True
     browser.evaluate("document.querySelector('input[data-finding]').click()")  # leave the profile clean
+    browser.settle_storage()
     browser.reload()
     assert browser.evaluate("document.querySelector('input[data-finding]').checked") is False
 

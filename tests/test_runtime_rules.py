@@ -105,6 +105,33 @@ def test_zero_grad_in_place_read_from_the_training_loop(sample_audit, tmp_path):
         ("zero_grad", 2, {}), ("zero_grad", 3, {"set_to_none": "True"}), ("zero_grad", 4, {"set_to_none": "False"})]
 
 
+def test_zero_grad_in_place_inside_the_step_is_measured_with_set_to_none(tmp_path):
+    from advisor.engine import load_rules
+    from advisor.target import load_target
+    from advisor.verify.run import Budget, verify_one
+
+    path = write_model(tmp_path, """
+        import torch
+        from torch import nn
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = nn.Linear(32, 32)
+            def forward(self, x):
+                self.zero_grad(set_to_none=False)  # clears its own gradients, in place, every step
+                return self.fc(x)
+        def get_model(): return Net()
+        def get_inputs(): return torch.randn(8, 32)
+        def get_optimizer(model): return torch.optim.SGD(model.parameters(), lr=0.1)
+    """)
+    result = audit(path, tmp_path / "out")
+    finding = only_finding(result, "zero-grad")
+    assert finding.evidence["seen_in_step"] is True and finding.locations[0].note == "runs in the step"
+    spec = load_rules().get("zero-grad").fix_spec
+    verdict = verify_one(load_target(str(path)), [(finding, spec)], Budget(3), lambda text: None, "zero-grad")
+    assert verdict.status in ("verified", "no-gain", "slower") and verdict.max_rel_error <= 1e-6
+
+
 def test_advisors_own_zero_grad_and_healthy_steps_record_no_calls(sample_audit):
     assert sample_audit("train_with_loader").evidence.calls == []  # the harness's zero_grad() is not the user's
 
