@@ -89,21 +89,3 @@ def convolution_sites(ev) -> list[tuple[str, int, str]]:
             file, line = (op.src.file, op.src.line) if op.src is not None else ("", 0)
             sites[(file, line, op.name)] = None
     return list(sites)
-
-
-# Factories whose result depends only on their arguments; with constant arguments, a constant.
-CONSTANT_FACTORIES = frozenset({
-    "tensor", "as_tensor", "arange", "ones", "zeros", "full", "eye", "linspace", "logspace", "scalar_tensor",
-})
-# Never constant even with constant inputs: randomness and uninitialized memory.
-NOT_CONSTANT = ("rand", "normal", "bernoulli", "dropout", "multinomial", "empty", "uniform", "poisson")
-
-
-def is_constant(name: str, is_function: bool, has_inputs: bool, inputs_constant: bool) -> bool:
-    """Whether a graph call yields the same value every step: a factory of constants, or pure ops on them."""
-    name = name.rsplit(".", 1)[-1]
-    if any(word in name for word in NOT_CONSTANT) or (name.endswith("_") and not name.endswith("__")):
-        return False  # random, uninitialized, or in place
-    if not has_inputs:
-        return is_function and name in CONSTANT_FACTORIES
-    return inputs_constant

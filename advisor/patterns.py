@@ -62,3 +62,32 @@ def _score_input(node: N, name: Callable[[N], str], inputs: Callable[[N], list[N
     if name(node) == "torch.where":
         return args[1] if len(args) > 1 else None  # where(mask, scores, fill)
     return args[0]
+
+
+# Factories whose result depends only on their arguments; with constant arguments, a constant.
+CONSTANT_FACTORIES = frozenset({
+    "tensor", "as_tensor", "arange", "ones", "zeros", "full", "eye", "linspace", "logspace", "scalar_tensor",
+})
+# Never constant even with constant inputs: randomness and uninitialized memory.
+NOT_CONSTANT = ("rand", "normal", "bernoulli", "dropout", "multinomial", "empty", "uniform", "poisson")
+
+
+def find_constants(calls: Iterable[N], name: Callable[[N], str], is_function: Callable[[N], bool],
+                   inputs: Callable[[N], list], key: Callable[[N], object]) -> list[N]:
+    """Calls (in graph order) whose value is the same every step: a factory of constants, or
+    pure ops on such values only. ``inputs`` gives the keys of a call's inputs."""
+    known: set = set()
+    found = []
+    for node in calls:
+        if _constant_call(name(node).rsplit(".", 1)[-1], is_function(node), inputs(node), known):
+            known.add(key(node))
+            found.append(node)
+    return found
+
+
+def _constant_call(name: str, is_function: bool, inputs: list, known: set) -> bool:
+    if any(word in name for word in NOT_CONSTANT) or (name.endswith("_") and not name.endswith("__")):
+        return False  # random, uninitialized, or in place
+    if not inputs:
+        return is_function and name in CONSTANT_FACTORIES
+    return all(i in known for i in inputs)

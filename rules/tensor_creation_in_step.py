@@ -37,7 +37,7 @@ from collections import defaultdict
 from typing import Iterator
 
 from advisor.evidence import Evidence, GraphNode
-from advisor.opsets import is_constant
+from advisor.patterns import find_constants
 from advisor.rule import Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
 
 FROM_HOST = {"tensor", "as_tensor"}  # built from Python data on the host, then copied
@@ -53,7 +53,8 @@ FROM_HOST = {"tensor", "as_tensor"}  # built from Python data on the host, then 
 def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     if ev.graph is None:
         return
-    constants = _constant_nodes(ev.graph.calls())
+    constants = find_constants(ev.graph.calls(), name=lambda n: n.target, is_function=lambda n: n.op == "call_function",
+                               inputs=lambda n: n.args, key=lambda n: n.id)
     if not constants:
         return
     by_line: dict[tuple[str, int], list[GraphNode]] = defaultdict(list)
@@ -96,16 +97,6 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
 
 def _short(name: str) -> str:
     return name.rsplit(".", 1)[-1].strip("_")
-
-
-def _constant_nodes(calls: list[GraphNode]) -> list[GraphNode]:
-    known: set[str] = set()
-    found = []
-    for node in calls:
-        if is_constant(node.target, node.op == "call_function", bool(node.args), all(a in known for a in node.args)):
-            known.add(node.id)
-            found.append(node)
-    return found
 
 
 def _numel(node: GraphNode) -> int:

@@ -86,24 +86,32 @@ def check_rule(slug: str, evidence) -> list:
     return list(rule.check(evidence, thresholds_for(rule, {})))
 
 
-def as_cuda(evidence, **env):
-    """The same captured evidence, recorded as if the device had been an A100 (GPU-only rules)."""
+def as_device(evidence, device: str, **env):
+    """The same captured evidence, recorded as if it came from another device (and environment)."""
     return evidence.model_copy(update={
-        "target": evidence.target.model_copy(update={"device": "cuda:0"}),
-        "env": evidence.env.model_copy(update={"device_name": "NVIDIA A100-SXM4-80GB", "gpu_capability": (8, 0),
-                                               "gpu_count": 1, **env}),
+        "target": evidence.target.model_copy(update={"device": device}),
+        "env": evidence.env.model_copy(update=env),
     })
 
 
-def verify_sample(sample: str, finding, slug: str, seconds: float = 4):
-    """Measure one finding's fix on a bundled sample, as the verification child would."""
+def as_cuda(evidence, **env):
+    """The same captured evidence, recorded as if the device had been an A100 (GPU-only rules)."""
+    return as_device(evidence, "cuda:0", **{"device_name": "NVIDIA A100-SXM4-80GB", "gpu_capability": (8, 0),
+                                            "gpu_count": 1, **env})
+
+
+def verify_fix(model_file: Path, finding, slug: str, seconds: float = 4):
+    """Measure one finding's fix on a model file, as the verification child would."""
     from advisor.engine import load_rules
     from advisor.target import load_target
     from advisor.verify.run import Budget, verify_one
 
     spec = load_rules().get(slug).fix_spec
-    return verify_one(load_target(str(SAMPLES / f"{sample}.py")), [(finding, spec)], Budget(seconds),
-                      lambda text: None, slug)
+    return verify_one(load_target(str(model_file)), [(finding, spec)], Budget(seconds), lambda text: None, slug)
+
+
+def verify_sample(sample: str, finding, slug: str, seconds: float = 4):
+    return verify_fix(SAMPLES / f"{sample}.py", finding, slug, seconds)
 
 
 def shared_trace(relative: str) -> Path:

@@ -9,7 +9,7 @@ from advisor.engine import load_rules, parse_settings, run_rules
 from advisor.evidence import DataLoaderInfo, Evidence, TargetInfo
 from advisor.kineto import parse_trace
 from advisor.rule import Severity
-from conftest import SAMPLES, audit, line_of, shared_trace, write_model
+from conftest import SAMPLES, as_device, audit, line_of, shared_trace, write_model
 
 # sample -> {slug: markers of the source lines the finding must point at}
 EXPECTED: dict[str, dict[str, list[str]]] = {
@@ -143,13 +143,6 @@ def test_launch_bound_gpu_trace_is_flagged_and_a_busy_gpu_is_not():
 
 # ---- missing-amp ----------------------------------------------------------------------------
 
-def _as_device(ev: Evidence, device: str, **env) -> Evidence:
-    return ev.model_copy(update={
-        "target": ev.target.model_copy(update={"device": device}),
-        "env": ev.env.model_copy(update=env),
-    })
-
-
 def test_missing_amp_is_device_aware(sample_audit):
     ev = sample_audit("missing_amp").evidence
     rules = load_rules()
@@ -157,19 +150,19 @@ def test_missing_amp_is_device_aware(sample_audit):
     def amp(evidence):
         return next(f for f in run_rules(rules, evidence)[0] if f.slug == "missing-amp")
 
-    ampere = amp(_as_device(ev, "cuda", gpu_capability=(8, 0)))
+    ampere = amp(as_device(ev, "cuda", gpu_capability=(8, 0)))
     assert ampere.severity == Severity.HIGH and "bfloat16" in ampere.fix.summary
-    volta = amp(_as_device(ev, "cuda", gpu_capability=(7, 0)))
+    volta = amp(as_device(ev, "cuda", gpu_capability=(7, 0)))
     assert "float16" in volta.fix.summary and "bfloat16" not in volta.fix.summary
-    no_bf16 = amp(_as_device(ev, "cpu", cpu_native_bf16=False))
+    no_bf16 = amp(as_device(ev, "cpu", cpu_native_bf16=False))
     assert no_bf16.severity == Severity.INFO and "applies when the model runs on a GPU" in no_bf16.message
-    native = amp(_as_device(ev, "cpu", cpu_native_bf16=True))
+    native = amp(as_device(ev, "cpu", cpu_native_bf16=True))
     assert native.severity == Severity.LOW and "measure it" in native.message
 
 
 def test_missing_amp_fp16_training_fix_uses_grad_scaler(sample_audit):
     ev = sample_audit("resnet_style").evidence
-    finding = next(f for f in run_rules(load_rules(), _as_device(ev, "cuda", gpu_capability=(7, 5)))[0]
+    finding = next(f for f in run_rules(load_rules(), as_device(ev, "cuda", gpu_capability=(7, 5)))[0]
                    if f.slug == "missing-amp")
     assert "GradScaler" in finding.fix.after
 
@@ -193,7 +186,7 @@ def test_dataloader_workers_states_a_concrete_value_and_why(sample_audit):
 
 def test_dataloader_workers_on_cuda_leaves_one_core_for_the_trainer(sample_audit):
     ev = sample_audit("dataloader_workers").evidence
-    cuda = _as_device(ev, "cuda", cpu_cores_available=16)
+    cuda = as_device(ev, "cuda", cpu_cores_available=16)
     finding = next(f for f in run_rules(load_rules(), cuda)[0] if f.slug == "dataloader-workers")
     assert finding.evidence["cores_free_for_workers"] == 15
     assert finding.evidence["workers_suggested"] == min(15, finding.evidence["workers_needed"])

@@ -4,11 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from advisor.engine import load_rules
-from advisor.rule import FixSpec, Severity
-from advisor.target import load_target
-from advisor.verify.run import Budget, verify_one
-from conftest import SAMPLES, slugs
+from advisor.rule import Severity
+from conftest import slugs, verify_sample
 
 HEALTHY = ("clean_mlp", "bf16_weights", "train_with_loader")
 
@@ -22,9 +19,7 @@ def test_anomaly_detection_left_on_is_high_in_training_and_its_fix_is_measured(s
     result = sample_audit("anomaly_left_on")
     [finding] = [f for f in result.report.findings if f.slug == "anomaly-detection"]
     assert finding.severity == Severity.HIGH and result.evidence.env.anomaly_detection
-    spec: FixSpec = load_rules().get("anomaly-detection").fix_spec
-    verdict = verify_one(load_target(str(SAMPLES / "anomaly_left_on.py")), [(finding, spec)], Budget(6),
-                         lambda text: None, "anomaly")
+    verdict = verify_sample("anomaly_left_on", finding, "anomaly-detection", seconds=6)
     assert verdict.status == "verified" and verdict.max_rel_error <= 1e-6  # same math, no bookkeeping
     assert "anomaly-detection" not in slugs(sample_audit("train_with_loader"))
 
@@ -45,9 +40,7 @@ def test_conv_bias_before_batchnorm_and_the_exact_fold(sample_audit):
     [finding] = [f for f in result.report.findings if f.slug == "conv-bias-before-bn"]
     assert finding.evidence["pairs"] == ["0.0 -> 0.1", "1.0 -> 1.1"]
     assert [loc.label() for loc in finding.locations] == ["in module 0.0", "in module 1.0"]  # no user frame here
-    spec = load_rules().get("conv-bias-before-bn").fix_spec
-    verdict = verify_one(load_target(str(SAMPLES / "conv_bias_bn.py")), [(finding, spec)], Budget(4),
-                         lambda text: None, "fold")
+    verdict = verify_sample("conv_bias_bn", finding, "conv-bias-before-bn")
     assert verdict.status != "numerics-failed" and verdict.max_rel_error <= 1e-4  # the fold is exact
     assert "conv-bias-before-bn" not in slugs(sample_audit("resnet_style"))  # bias=False already
     assert "conv-bias-before-bn" not in slugs(sample_audit("dataloader_workers"))  # conv -> ReLU, no BN

@@ -12,7 +12,7 @@ from advisor.capture.calls import static_sites
 from advisor.kineto import parse_trace
 from advisor.rule import Severity
 from conftest import (SAMPLES, as_cuda, audit, check_rule, line_of, only_finding, shared_trace, slugs,
-                      verify_sample, write_model)
+                      verify_fix, verify_sample, write_model)
 
 ALEXNET = "critical_path/alexnet/benchmark_result_2869224_1695835535_trace.json.gz"
 
@@ -106,10 +106,6 @@ def test_zero_grad_in_place_read_from_the_training_loop(sample_audit, tmp_path):
 
 
 def test_zero_grad_in_place_inside_the_step_is_measured_with_set_to_none(tmp_path):
-    from advisor.engine import load_rules
-    from advisor.target import load_target
-    from advisor.verify.run import Budget, verify_one
-
     path = write_model(tmp_path, """
         import torch
         from torch import nn
@@ -127,8 +123,7 @@ def test_zero_grad_in_place_inside_the_step_is_measured_with_set_to_none(tmp_pat
     result = audit(path, tmp_path / "out")
     finding = only_finding(result, "zero-grad")
     assert finding.evidence["seen_in_step"] is True and finding.locations[0].note == "runs in the step"
-    spec = load_rules().get("zero-grad").fix_spec
-    verdict = verify_one(load_target(str(path)), [(finding, spec)], Budget(3), lambda text: None, "zero-grad")
+    verdict = verify_fix(path, finding, "zero-grad", seconds=3)
     assert verdict.status in ("verified", "no-gain", "slower") and verdict.max_rel_error <= 1e-6
 
 

@@ -6,7 +6,7 @@ from typing import Any, Callable
 
 import torch
 
-from advisor.opsets import is_constant
+from advisor.patterns import find_constants
 
 
 def drop_contiguous(graph_module: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
@@ -55,17 +55,11 @@ def drop_calls(sites: set[tuple[str, int, str]]) -> Callable[..., Any]:
 
 def constant_nodes(graph: torch.fx.Graph) -> list[torch.fx.Node]:
     """Nodes computed from constant factory calls only: the same value every step."""
-    constant: list[torch.fx.Node] = []
-    known: set[torch.fx.Node] = set()
-    for node in graph.nodes:
-        if node.op not in ("call_function", "call_method"):
-            continue
-        name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
-        inputs = node.all_input_nodes
-        if is_constant(name, node.op == "call_function", bool(inputs), all(n in known for n in inputs)):
-            known.add(node)
-            constant.append(node)
-    return constant
+    from advisor.capture.graph import target_name
+
+    calls = [n for n in graph.nodes if n.op in ("call_function", "call_method")]
+    return find_constants(calls, name=lambda n: target_name(n.target), is_function=lambda n: n.op == "call_function",
+                          inputs=lambda n: n.all_input_nodes, key=lambda n: n)
 
 
 def fold_constants(graph_module: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
