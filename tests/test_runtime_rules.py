@@ -11,7 +11,7 @@ from advisor.analyze import evidence_from_traces
 from advisor.capture.calls import static_sites
 from advisor.kineto import parse_trace
 from advisor.rule import Severity
-from conftest import (SAMPLES, as_cuda, audit, check_rule, line_of, only_finding, shared_trace, slugs,
+from conftest import (SAMPLES, as_cuda, as_device, audit, check_rule, line_of, only_finding, shared_trace, slugs,
                       verify_fix, verify_sample, write_model)
 
 ALEXNET = "critical_path/alexnet/benchmark_result_2869224_1695835535_trace.json.gz"
@@ -141,6 +141,22 @@ def test_oversubscribed_threads_and_the_measured_fix(sample_audit):
     assert verdict.status != "numerics-failed" and verdict.samples > 0
     for sample in ("clean_mlp", "dataloader_workers", "train_with_loader"):
         assert "cpu-threads" not in slugs(sample_audit(sample))
+
+
+def test_omp_setting_and_threads_plus_workers_on_a_recorded_environment(sample_audit):
+    evidence = sample_audit("dataloader_workers").evidence  # a CPU training run with a loader
+    eight = dict(cpu_cores_available=8, cpu_cores_logical=8, torch_threads=8)
+    omp = as_device(evidence, "cpu", omp_num_threads="32", **eight)
+    [finding] = check_rule("cpu-threads", omp)
+    assert "OMP_NUM_THREADS=32" in finding.message and finding.severity == Severity.MEDIUM
+    loader = evidence.data.model_copy(update={"num_workers": 6})
+    crowded = as_device(evidence, "cpu", **eight).model_copy(update={"data": loader})
+    [finding] = check_rule("cpu-threads", crowded)  # 8 + 6 > 1.5 x 8
+    assert "6 loader workers" in finding.message
+    assert check_rule("cpu-threads", crowded.model_copy(update={"data": evidence.data.model_copy(
+        update={"num_workers": 3})})) == []  # 8 + 3 within 1.5 x 8
+    on_gpu = as_cuda(evidence, **eight).model_copy(update={"data": loader})
+    assert check_rule("cpu-threads", on_gpu) == []  # the step's work is on the GPU: workers may take the cores
 
 
 def test_more_loader_workers_than_cores(sample_audit):
