@@ -5,13 +5,12 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from advisor import __version__
-from advisor.engine import check_disabled, load_rules, parse_settings, run_rules
+from advisor.assembly import assemble_report
+from advisor.engine import RuleConfig
 from advisor.errors import StageError
 from advisor.evidence import Environment, Evidence, TargetInfo
 from advisor.kineto import Trace, TraceFormatError, parse_trace
-from advisor.report.model import Report, RuleProblemRecord, VerificationSettings
-from advisor.report.summarize import summarize_trace
+from advisor.report.model import Report, VerificationSettings
 
 TRACE_SUFFIXES = (".json", ".json.gz")
 
@@ -58,26 +57,20 @@ def trace_files(paths: tuple[str, ...]) -> list[str]:
 
 def run_analyze(options: AnalyzeOptions) -> AnalyzeResult:
     """Raises SettingError for bad --set/--disable; a broken trace becomes a report error."""
-    ruleset = load_rules(options.rule_dirs)
-    overrides = parse_settings(ruleset, options.settings)
-    disabled = check_disabled(ruleset, options.disabled)
+    rules = RuleConfig.load(options.rule_dirs, options.settings, options.disabled)
     files: list[str] = []
     try:
         files = trace_files(options.paths)
         traces = [parse_trace(path) for path in files]
     except TraceFormatError as broken:
-        report = Report(advisor_version=__version__, target=TargetInfo(model_file=str(broken).split(":")[0], mode="recorded"),
-                        errors=[StageError(stage="parse", kind="user-code", message=str(broken))],
-                        verification=VerificationSettings(enabled=False))
+        target = TargetInfo(model_file=str(broken).split(":")[0], mode="recorded")
+        report = assemble_report(Evidence(target=target), rules, run_rules=False,
+                                 errors=[StageError(stage="parse", kind="user-code", message=str(broken))],
+                                 verification=VerificationSettings(enabled=False))
         return AnalyzeResult(report=report, evidence=None, files=files or list(options.paths))
     evidence = evidence_from_traces(traces)
-    findings, problems = run_rules(ruleset, evidence, overrides, disabled)
-    report = Report(
-        advisor_version=__version__, target=evidence.target, environment=evidence.env,
-        trace=summarize_trace(evidence.trace), findings=findings,
-        rule_problems=[RuleProblemRecord(source=p.source, message=p.message) for p in ruleset.problems + problems],
-        verification=VerificationSettings(enabled=False, note="a recorded trace: fixes cannot be run, only advised"),
-    )
+    report = assemble_report(evidence, rules, verification=VerificationSettings(
+        enabled=False, note="a recorded trace: fixes cannot be run, only advised"))
     return AnalyzeResult(report=report, evidence=evidence, files=files)
 
 

@@ -10,8 +10,8 @@ import click
 
 from advisor import __version__
 from advisor.analyze import AnalyzeOptions, run_analyze
-from advisor.pipeline import AuditOptions, run_audit
 from advisor.engine import SettingError, load_rules
+from advisor.pipeline import AuditOptions, run_audit
 from advisor.report.terminal import print_problems, print_summary
 from advisor.report.write import FORMATS, write_reports
 from advisor.rule import Severity
@@ -129,7 +129,8 @@ def analyze(paths, out_dir, formats, rule_dirs, settings, disabled, fail_on, deb
 @click.option("--html", "html_path", type=click.Path(dir_okay=False), help="Also write the diff as HTML here.")
 def diff(old_report, new_report, threshold, html_path) -> None:
     """Compare two JSON reports: step time change, findings added and resolved (exit 1 on regression)."""
-    from advisor.diff import DiffInputError, diff_reports, load_report, render_html as render_diff_html, render_text
+    from advisor.diff import DiffInputError, diff_reports, load_report, render_text
+    from advisor.diff import render_html as render_diff_html
 
     try:
         result = diff_reports(load_report(old_report), load_report(new_report), threshold)

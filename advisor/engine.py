@@ -7,6 +7,7 @@ reported by name and skipped; so is a rule that raises while checking. The audit
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import importlib.util
 import os
@@ -141,6 +142,26 @@ def thresholds_for(rule: Rule, overrides: dict[str, dict[str, float]]) -> Thresh
     return values
 
 
+@dataclass
+class RuleConfig:
+    """A rule set with the user's threshold overrides and disabled rules applied: what every entry
+    point runs. Built once, before anything runs, so a bad ``--set`` fails fast."""
+
+    ruleset: RuleSet
+    overrides: dict[str, dict[str, float]] = field(default_factory=dict)
+    disabled: set[str] = field(default_factory=set)
+
+    @classmethod
+    def load(cls, rule_dirs: Iterable[str] = (), settings: Iterable[str] = (),
+             disabled: Iterable[str] = ()) -> "RuleConfig":
+        """Raises SettingError for a --set or --disable that names nothing."""
+        ruleset = load_rules(rule_dirs)
+        return cls(ruleset, parse_settings(ruleset, settings), check_disabled(ruleset, disabled))
+
+    def run(self, evidence: Evidence) -> tuple[list[Finding], list[RuleProblem]]:
+        return run_rules(self.ruleset, evidence, self.overrides, self.disabled)
+
+
 def run_rules(
     ruleset: RuleSet,
     evidence: Evidence,
@@ -166,7 +187,20 @@ def run_rules(
                     "severity": finding.severity or rule.severity,
                 }))
     findings.sort(key=_order)
+    _assign_ids(findings)
     return findings, problems
+
+
+def _assign_ids(findings: list[Finding]) -> None:
+    """A stable id per finding: its rule and where it points, the same from run to run (the
+    message carries measured numbers, so it is left out). Verification results come back by id."""
+    seen: dict[str, int] = {}
+    for finding in findings:
+        places = "|".join(f"{loc.file}:{loc.line}" for loc in finding.locations)
+        digest = hashlib.sha1(f"{finding.slug}|{places}".encode()).hexdigest()[:8]
+        base = f"{finding.code}-{digest}"
+        seen[base] = seen.get(base, 0) + 1
+        finding.id = base if seen[base] == 1 else f"{base}-{seen[base]}"
 
 
 def _order(finding: Finding) -> tuple:

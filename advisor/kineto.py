@@ -15,6 +15,7 @@ import os
 from typing import Any, Iterable
 
 from advisor.gc_pause import gc_paused
+from advisor.sources import is_library_path
 from advisor.trace_model import DeviceEvent, Op, SourceCall, SourceRef, Span, Trace
 from advisor.trace_stream import EventStream, TraceFormatError
 
@@ -33,11 +34,6 @@ SYNC_RUNTIME_CALLS = frozenset({
 })
 STEP_PREFIX = "ProfilerStep#"
 OPTIMIZER_STEP_PREFIX = "Optimizer.step#"  # torch.optim's record_function around every step()
-
-# Path fragments that mark a Python frame as library code rather than the user's.
-LIBRARY_MARKERS = ("site-packages/", "dist-packages/", "torch/", "<built-in", "<frozen", "python3.",
-                   "advisor/capture/", "advisor/target.py")  # advisor's own step runner, when not installed
-
 
 HOST_CATEGORIES = frozenset({"cpu_op", "user_annotation", "python_function"})
 _NO_ARGS: dict = {}
@@ -208,11 +204,11 @@ def _parse_source_annotation(name: str, ts: float, dur: float, tid: int) -> Sour
 
 def _user_frame(name: str) -> SourceRef | None:
     """``"model.py(12): forward"`` -> SourceRef, unless the frame is library code."""
-    if any(marker in name for marker in LIBRARY_MARKERS) or name.startswith("nn.Module:"):
+    if name.startswith("nn.Module:"):
         return None
     head, sep, function = name.partition("): ")
     file, sep2, line = head.rpartition("(")
-    if not sep or not sep2 or not line.isdigit():
+    if not sep or not sep2 or not line.isdigit() or is_library_path(file):
         return None
     return SourceRef(file=file, line=int(line), api=function, exact=False)
 

@@ -70,6 +70,20 @@ def is_collective(kernel_name: str) -> bool:
     return any(marker in lowered for marker in COLLECTIVE_MARKERS)
 
 
+# The same work as captured graph nodes name it (capture.graph.target_name): modules' functional
+# calls, tensor methods and torch functions.
+GRAPH_MATMULS = frozenset({"F.linear", "matmul", "torch.matmul", "bmm", "torch.bmm", "mm", "torch.mm", "addmm",
+                           "torch.addmm", "baddbmm", "torch.baddbmm", "torch.einsum"})
+GRAPH_BIAS_FIRST = frozenset({"addmm", "torch.addmm", "baddbmm", "torch.baddbmm"})  # (bias, a, b)
+REDUCED_DTYPES = frozenset({"bfloat16", "float16"})  # torch dtype names, as evidence records them
+
+
+def is_ampere_or_newer(env) -> bool:
+    """An NVIDIA GPU of compute capability 8.0 or newer: bf16 and TF32 tensor cores."""
+    return (env is not None and env.gpu_capability is not None and tuple(env.gpu_capability) >= (8, 0)
+            and "AMD" not in env.device_name.upper())
+
+
 CONV_MODULES = frozenset({"Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d"})
 CONV_FUNCTIONS = frozenset({"F.conv1d", "F.conv2d", "F.conv3d", "F.conv_transpose1d", "F.conv_transpose2d",
                             "F.conv_transpose3d", "torch.conv1d", "torch.conv2d", "torch.conv3d"})

@@ -13,8 +13,13 @@ N = TypeVar("N")
 
 MATMULS = frozenset({"matmul", "torch.matmul", "bmm", "torch.bmm"})
 SOFTMAX = frozenset({"F.softmax", "torch.softmax", "softmax"})
-SCALES = frozenset({"mul", "truediv", "torch.mul", "torch.div", "div", "mul_", "div_"})
-MASKS = frozenset({"masked_fill", "masked_fill_", "add", "torch.add", "add_", "torch.where"})
+MULTIPLY_SCALES = frozenset({"mul", "torch.mul", "mul_"})
+DIVIDE_SCALES = frozenset({"truediv", "torch.div", "div", "div_"})
+SCALES = MULTIPLY_SCALES | DIVIDE_SCALES
+FILL_MASKS = frozenset({"masked_fill", "masked_fill_"})  # masked_fill(mask, -inf): the mask marks what to drop
+WHERE_MASKS = frozenset({"torch.where"})  # where(keep, scores, -inf)
+ADDITIVE_MASKS = frozenset({"add", "torch.add", "add_"})  # scores + (0 / -inf)
+MASKS = FILL_MASKS | WHERE_MASKS | ADDITIVE_MASKS
 CASTS = frozenset({"float", "to", "type_as", "half", "bfloat16"})
 DROPOUT = frozenset({"F.dropout", "dropout"})
 
@@ -59,7 +64,7 @@ def find_attention(nodes: Iterable[N], name: Callable[[N], str], inputs: Callabl
 def _score_input(node: N, name: Callable[[N], str], inputs: Callable[[N], list[N]]) -> N | None:
     """The operand of a scale/mask/cast node that carries the scores (the mask is the other one)."""
     args = inputs(node)
-    if name(node) == "torch.where":
+    if name(node) in WHERE_MASKS:
         return args[1] if len(args) > 1 else None  # where(mask, scores, fill)
     return args[0]
 

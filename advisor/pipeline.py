@@ -1,4 +1,4 @@
-"""One audit, end to end: capture (in the supervised child) -> evidence -> rules -> report."""
+"""``advisor audit MODEL_FILE``: capture in the supervised child -> evidence -> the shared assembly."""
 
 from __future__ import annotations
 
@@ -7,20 +7,27 @@ import os
 from dataclasses import dataclass, field
 from typing import Callable
 
-from advisor import __version__
-from advisor.capture.supervisor import CaptureRun, run_capture
-from advisor.capture.worker import VERIFY_STAGES
-from advisor.engine import RuleSet, check_disabled, load_rules, parse_settings, run_rules
+from advisor.assembly import assemble_report, failed, verify_findings
+from advisor.engine import RuleConfig
 from advisor.errors import StageError
-from advisor.evidence import (CallSite, DataLoaderInfo, Environment, Evidence, FlopCount, GraphCapture, RoutingGroup,
-                              TargetInfo, Timing)
+from advisor.evidence import (
+    CallSite,
+    DataLoaderInfo,
+    Environment,
+    Evidence,
+    FlopCount,
+    GraphCapture,
+    RoutingGroup,
+    TargetInfo,
+    Timing,
+)
 from advisor.kineto import TraceFormatError, parse_trace
-from advisor.report.model import ModelOutput, Report, RuleProblemRecord, StageRecord, VerificationSettings
-from advisor.report.summarize import summarize_graph, summarize_performance, summarize_trace
-from advisor.rule import Verification
+from advisor.report.model import ModelOutput, Report, StageRecord, VerificationSettings
+from advisor.rule import Finding
+from advisor.sandbox.stages import VERIFY_STAGES
+from advisor.sandbox.supervisor import CaptureRun, run_capture
+from advisor.verify.plan import MeasuredFixes
 
-# Failures of these kinds leave the audit incomplete (exit 2); "unsupported" ones are noted only.
-FAILING_KINDS = ("user-code", "timeout", "crash", "internal")
 VERIFY_MARGIN_S = 120  # compile time and start-up beyond the measuring budget
 
 
@@ -48,18 +55,16 @@ class AuditResult:
 
     @property
     def failed(self) -> bool:
-        return any(e.kind in FAILING_KINDS for e in self.report.errors)
+        return failed(self.report)
 
     def exit_code(self, fail_on: str) -> int:
         return self.report.exit_code(fail_on, failed=self.failed)
 
 
 def run_audit(options: AuditOptions, progress: Callable[[str], None] = lambda text: None,
-              ruleset: RuleSet | None = None) -> AuditResult:
+              rules: RuleConfig | None = None) -> AuditResult:
     """Run one audit. Raises SettingError for bad --set/--disable before running anything."""
-    ruleset = ruleset or load_rules(options.rule_dirs)
-    overrides = parse_settings(ruleset, options.settings)
-    disabled = check_disabled(ruleset, options.disabled)
+    rules = rules or RuleConfig.load(options.rule_dirs, options.settings, options.disabled)
     os.makedirs(options.out_dir, exist_ok=True)
     stem = os.path.splitext(os.path.basename(options.model_file))[0]
     trace_path = os.path.abspath(os.path.join(options.out_dir, f"{stem}.trace.json.gz"))
@@ -71,53 +76,31 @@ def run_audit(options: AuditOptions, progress: Callable[[str], None] = lambda te
     }
     run = run_capture(spec, options.timeout, progress)
     evidence, errors = build_evidence(run, options.model_file)
-    report = Report(
-        advisor_version=__version__,
-        target=evidence.target,
-        errors=errors,
-        stages=[StageRecord(stage=o.stage, status=o.status, seconds=round(o.seconds, 3), note=o.note)
-                for o in run.outcomes.values()],
-        output=ModelOutput(stdout=run.stdout, stderr=run.stderr),
+    report = assemble_report(
+        evidence, rules, errors=errors, stages=stage_records(run), output=ModelOutput(stdout=run.stdout, stderr=run.stderr),
         verification=VerificationSettings(enabled=options.verify, budget_s=options.budget),
-        rule_problems=[RuleProblemRecord(source=p.source, message=p.message) for p in ruleset.problems],
+        run_rules=run.outcomes["load"].status == "ok",
     )
-    if run.outcomes["load"].status == "ok":
-        findings, problems = run_rules(ruleset, evidence, overrides, disabled)
-        report.findings = findings
-        report.rule_problems += [RuleProblemRecord(source=p.source, message=p.message) for p in problems]
-    if options.verify and report.findings:
-        _verify(report, run, spec, options, progress)
-    report.environment, report.timing, report.data = evidence.env, evidence.timing, evidence.data
-    report.flops = evidence.flops
-    report.performance = summarize_performance(evidence)
-    if evidence.trace is not None:
-        report.trace = summarize_trace(evidence.trace)
-    if evidence.graph is not None:
-        report.graph = summarize_graph(evidence.graph)
+    verify_findings(report, rules, errors, lambda findings: _measure_in_child(findings, spec, options, progress))
     return AuditResult(report=report, evidence=evidence)
 
 
-def _verify(report: Report, run: CaptureRun, spec: dict, options: AuditOptions, progress) -> None:
-    """Measure each finding's fix in a second supervised child (never after a hang or crash)."""
-    unsafe = [e for e in run.errors if e.kind in ("timeout", "crash") or e.stage in ("timing", "trace")]
-    if unsafe:
-        report.verification.note = f"not attempted: the {unsafe[0].stage} stage {unsafe[0].kind}"
-        return
-    order = sorted(range(len(report.findings)), key=lambda i: -(report.findings[i].impact or 0.0))
-    requests = [{"index": i, "finding": report.findings[i].model_dump(mode="json")} for i in order]
-    verify_spec = {**spec, "verify": requests, "budget_s": options.budget, "rule_dirs": list(options.rule_dirs)}
+def _measure_in_child(findings: list[Finding], spec: dict, options: AuditOptions, progress) -> MeasuredFixes | str:
+    """Measure fixes in a second supervised child (the user's code runs there, never here)."""
+    verify_spec = {**spec, "verify": [f.model_dump(mode="json") for f in findings], "budget_s": options.budget,
+                   "rule_dirs": list(options.rule_dirs)}
     timeout = max(options.timeout, options.budget + VERIFY_MARGIN_S)
     outcome = run_capture(verify_spec, timeout, lambda text: progress(f"fixes: {text}"), stages=VERIFY_STAGES)
     text = outcome.result("verify")
     if text is None:
         failure = next(iter(outcome.errors), None)
-        report.verification.note = f"verification did not finish: {failure.message if failure else 'unknown'}"
-        return
-    measured = json.loads(text)
-    for index, result in measured["results"].items():
-        report.findings[int(index)].verification = Verification.model_validate(result)
-    if measured["combined"] is not None:
-        report.verification.combined = Verification.model_validate(measured["combined"])
+        return f"verification did not finish: {failure.message if failure else 'unknown'}"
+    return MeasuredFixes.model_validate_json(text)
+
+
+def stage_records(run: CaptureRun) -> list[StageRecord]:
+    return [StageRecord(stage=o.stage, status=o.status, seconds=round(o.seconds, 3), note=o.note)
+            for o in run.outcomes.values()]
 
 
 def build_evidence(run: CaptureRun, model_file: str) -> tuple[Evidence, list[StageError]]:
@@ -136,7 +119,9 @@ def build_evidence(run: CaptureRun, model_file: str) -> tuple[Evidence, list[Sta
     if (text := run.result("flops")) is not None:
         evidence.flops = FlopCount.model_validate_json(text)
     if (text := run.result("calls")) is not None:
-        evidence.calls = [CallSite.model_validate(site) for site in json.loads(text)]
+        watched = json.loads(text)
+        evidence.calls = [CallSite.model_validate(site) for site in watched["sites"]]
+        evidence.target.autocast = watched["autocast"]
     if (text := run.result("routing")) is not None:
         evidence.routing = [RoutingGroup.model_validate(group) for group in json.loads(text)]
     if (text := run.result("data")) is not None:

@@ -130,6 +130,7 @@ class Verification(BaseModel):
 class Finding(BaseModel):
     """One item of the checklist. Rules set what they saw; the engine sets who saw it."""
 
+    id: str = Field(default="", description="stable within and across runs: the rule's code and where it points")
     slug: str = ""
     code: str = ""
     title: str = ""
@@ -176,11 +177,28 @@ class NotVerifiable(Exception):
 
 @dataclass
 class FixSpec:
-    """A rule's fix: a function returning a NEW Target, and how close its outputs must stay."""
+    """A rule's fix, and what measuring it needs; decided without running anything where it can.
 
-    apply: Callable[..., Any]
+    ``apply(target, finding)`` returns a NEW Target; None for advice only. ``needs_cuda`` says why
+    the change only shows on a CUDA device (measured there, reported as expected elsewhere);
+    ``expected(finding)`` returns the reason a finding's fix cannot be measured, or None.
+    """
+
+    apply: Callable[..., Any] | None
     tolerance: float = 1e-5  # max |candidate - baseline| / max |baseline|; 1e-5 = same up to float reordering
     what: str = ""
+    needs_cuda: str = ""
+    expected: Callable[[Any], str | None] | None = None
+
+    def unmeasurable(self, finding: Any, device: str) -> str | None:
+        """Why this finding's fix is reported as expected rather than measured, here; None to measure it."""
+        if self.expected is not None and (reason := self.expected(finding)):
+            return reason
+        if self.needs_cuda and not device.startswith("cuda"):
+            return f"{self.needs_cuda}; this run used {device}"
+        if self.apply is None:
+            return "no automatic fix for this rule; apply the fix by hand"
+        return None
 
 
 @dataclass
@@ -200,18 +218,29 @@ class Rule:
         first = self.doc.strip().splitlines()[0] if self.doc.strip() else self.slug
         return first.strip().rstrip(".")
 
-    def fix(self, fn: Callable[..., Any] | None = None, *, tolerance: float = 1e-5, what: str = ""):
+    def fix(self, fn: Callable[..., Any] | None = None, *, tolerance: float = 1e-5, what: str = "",
+            needs_cuda: str = "", expected: Callable[[Any], str | None] | None = None):
         """Register ``fix(target, finding) -> Target``, which makes findings verifiable.
 
         Use bare (``@check.fix``) or with the numerical tolerance the change allows
         (``@check.fix(tolerance=0.05, what="bf16 autocast")``). The fix returns a new Target
-        (``dataclasses.replace``); it never mutates the one it is given. It may raise
-        NotVerifiable with the reason when the change cannot be measured on this device.
+        (see ``advisor.fixing``); it never mutates the one it is given. ``needs_cuda="why"``
+        declares a change that only shows on a CUDA device; ``expected=fn(finding)`` returns the
+        reason a finding cannot be measured (or None). Both are decided before any model runs.
+        A fix may still raise NotVerifiable when the device it runs on lacks what it needs.
         """
         def register(function: Callable[..., Any]) -> Callable[..., Any]:
-            self.fix_spec = FixSpec(apply=function, tolerance=tolerance, what=what or function.__doc__ or "")
+            self.fix_spec = FixSpec(apply=function, tolerance=tolerance, what=what or function.__doc__ or "",
+                                    needs_cuda=needs_cuda, expected=expected)
             return function
         return register(fn) if fn is not None else register
+
+    def advice_only(self, reason: str | Callable[[Any], str]) -> Any:
+        """Declare that findings are advised, never measured, and why (the same for each finding,
+        or a function of the finding). Verification reports them as expected without running."""
+        explain = reason if callable(reason) else (lambda finding: reason)
+        self.fix_spec = FixSpec(apply=None, what="advice only", expected=explain)
+        return reason
 
     def __call__(self, *args: Any, **kwargs: Any) -> Iterator[Finding]:
         return self.check(*args, **kwargs)

@@ -6,6 +6,7 @@ Built by ``advisor.kineto.parse_trace``; rules read it. Times are microseconds.
 from __future__ import annotations
 
 import bisect
+import statistics
 from dataclasses import dataclass, field
 from typing import Iterable
 
@@ -124,7 +125,7 @@ class Trace:
         for item in items:
             if item.step is not None:
                 totals[item.step] += item.dur
-        return _median(totals)
+        return statistics.median(totals)
 
     def median_span_per_step(self, spans: Iterable[Span]) -> float:
         """Like ``median_per_step`` for ranges that carry no step: each counts in the step it starts in."""
@@ -136,7 +137,7 @@ class Trace:
             index = bisect.bisect_right(starts, span.ts) - 1
             if index >= 0 and span.ts < self.steps[index].end:
                 totals[index] += span.dur
-        return _median(totals)
+        return statistics.median(totals)
 
     def gpu_gaps(self, span: Span) -> tuple[float, list[tuple[float, float, DeviceEvent | None]]]:
         """GPU busy µs within ``span`` and its idle gaps (start, end, the activity that ended each gap).
@@ -234,8 +235,3 @@ class Trace:
         """The ops the framework was asked for, not the ops they dispatch to internally."""
         return [o for o in self.step_ops() if o.depth == 0]
 
-
-def _median(values: list[float]) -> float:
-    values = sorted(values)
-    middle = len(values) // 2
-    return values[middle] if len(values) % 2 else (values[middle - 1] + values[middle]) / 2

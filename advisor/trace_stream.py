@@ -7,6 +7,7 @@ import json
 import re
 from typing import Any, Iterator
 
+
 class TraceFormatError(ValueError):
     """The file is not a readable Kineto trace; the message names the file and the problem."""
 
@@ -148,7 +149,7 @@ class EventStream:
             if not self._eof and len(self._buffer) - self._pos < self.CHUNK // 4:
                 self._fill()
         match = None
-        for match in _EVENT_BOUNDARY.finditer(self._buffer, max(self._pos, len(self._buffer) - 65536)):
+        for match in _EVENT_BOUNDARY.finditer(self._buffer, max(self._pos, len(self._buffer) - 65536)):  # noqa: B007 - the last one
             pass
         if match is None or match.start() <= self._pos:
             return []

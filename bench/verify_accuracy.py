@@ -28,9 +28,9 @@ from torch.utils import benchmark
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from advisor.pipeline import AuditOptions, run_audit  # noqa: E402
-from advisor.capture.step import make_step  # noqa: E402
 from advisor.engine import load_rules  # noqa: E402
+from advisor.pipeline import AuditOptions, run_audit  # noqa: E402
+from advisor.step import make_step  # noqa: E402
 from advisor.target import load_target  # noqa: E402
 from advisor.verify.run import Budget, verify_one  # noqa: E402
 
@@ -71,7 +71,7 @@ def main() -> None:
         target = load_target(path)
         for finding in findings:
             spec = rules.get(finding.slug).fix_spec
-            if spec is None:
+            if spec is None or spec.unmeasurable(finding, str(target.device)) is not None:
                 continue
             candidate = _applied(spec, target, finding)
             independent = None

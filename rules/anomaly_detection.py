@@ -27,6 +27,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from advisor.evidence import Evidence
+from advisor.fixing import replace_target
 from advisor.rule import Finding, Fix, Layer, Severity, Thresholds, rule
 
 
@@ -50,6 +51,4 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
 @check.fix(tolerance=1e-6, what="anomaly detection off in the step")
 def fix(target, finding):
     """Run the step with anomaly mode off: the same math, without the bookkeeping."""
-    import dataclasses
-
-    return dataclasses.replace(target, detect_anomaly=False)
+    return replace_target(target, detect_anomaly=False)

@@ -34,7 +34,8 @@ from __future__ import annotations
 from typing import Iterator
 
 from advisor.evidence import Evidence
-from advisor.opsets import CONV_OPS, outermost
+from advisor.fixing import replace_target
+from advisor.opsets import CONV_OPS, REDUCED_DTYPES, outermost
 from advisor.rule import Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
 
 CONV_2D = ("Conv2d", "ConvTranspose2d")
@@ -69,7 +70,7 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     share = ev.share_of_step(conv_us)
     if share is None or share < (th.min_share_cuda if ev.on_cuda else th.min_share):
         return
-    low_precision = ev.target.autocast is not None or any(k in ("float16", "bfloat16") for k in ev.target.param_dtypes)
+    low_precision = ev.target.autocast is not None or any(k in REDUCED_DTYPES for k in ev.target.param_dtypes)
     layers = {n.module_path for n in nchw}
     yield Finding(
         severity=Severity.MEDIUM if ev.on_cuda and low_precision else Severity.LOW,
@@ -102,6 +103,4 @@ def _site(node) -> tuple:
 @check.fix(tolerance=1e-4, what="channels_last model and inputs")
 def fix(target, finding):
     """Layout only; channels_last convolutions sum in another order (1.9e-5 measured on a ResNet)."""
-    import dataclasses
-
-    return dataclasses.replace(target, channels_last=True)
+    return replace_target(target, channels_last=True)

@@ -32,6 +32,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from advisor.evidence import Evidence
+from advisor.fixing import silenced, with_switches
 from advisor.rule import Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
 
 API = "torch.save"
@@ -74,6 +75,5 @@ def fix(target, finding):
     """Run the step with torch.save doing nothing: the most an asynchronous save can gain."""
     import torch
 
-    from advisor.verify.switches import silenced, with_switches
 
     return with_switches(target, silenced(torch, "save"))

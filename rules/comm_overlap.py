@@ -33,6 +33,7 @@ from advisor.kineto import Span, Trace
 from advisor.opsets import is_collective
 from advisor.rule import Finding, Fix, Layer, Severity, Threshold, Thresholds, rule
 
+
 @rule(
     slug="comm-overlap",
     code="ADV111",

@@ -29,6 +29,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from advisor.evidence import Evidence
+from advisor.fixing import replace_target
 from advisor.rule import Finding, Fix, Layer, Location, Severity, Thresholds, rule
 
 CONVS = ("Conv1d", "Conv2d", "Conv3d")
@@ -75,8 +76,6 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
 @check.fix(tolerance=1e-4, what="bias folded into BatchNorm")
 def fix(target, finding):
     """Fold each conv bias into the following BatchNorm's running mean and remove the bias."""
-    import dataclasses
-
     pairs = [tuple(pair.split(" -> ")) for pair in finding.evidence["pairs"]]
 
     def fold(model):
@@ -89,4 +88,4 @@ def fix(target, finding):
                     norm.running_mean.sub_(conv.bias)
             conv.bias = None
 
-    return dataclasses.replace(target, model_transforms=(*target.model_transforms, fold))
+    return replace_target(target, model_transforms=(*target.model_transforms, fold))

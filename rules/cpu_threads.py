@@ -36,6 +36,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from advisor.evidence import Evidence
+from advisor.fixing import setting, with_switches
 from advisor.rule import Finding, Fix, Layer, Severity, Threshold, Thresholds, rule
 
 
@@ -87,7 +88,6 @@ def fix(target, finding):
     """Run the step with one intra-op thread per usable core (reductions split differently: 1e-4)."""
     import torch
 
-    from advisor.verify.switches import setting, with_switches
 
     cores = finding.evidence["cores_available"]
     workers = finding.evidence["loader_workers"] if target.device.type == "cpu" else 0

@@ -31,8 +31,9 @@ from __future__ import annotations
 from typing import Iterator
 
 from advisor.evidence import Evidence
+from advisor.fixing import attribute, with_switches
 from advisor.opsets import convolution_sites
-from advisor.rule import Finding, Fix, Layer, Location, NotVerifiable, Severity, Thresholds, rule
+from advisor.rule import Finding, Fix, Layer, Location, Severity, Thresholds, rule
 
 
 @rule(slug="cudnn-benchmark", code="ADV123", layer=Layer.RUNTIME, severity=Severity.MEDIUM)
@@ -57,14 +58,9 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     )
 
 
-@check.fix(tolerance=1e-3, what="cudnn.benchmark on")
+@check.fix(tolerance=1e-3, what="cudnn.benchmark on", needs_cuda="cuDNN autotuning applies to CUDA devices only")
 def fix(target, finding):
     """Let cuDNN time its algorithms (different algorithms reorder float sums: 1e-3)."""
     import torch
 
-    from advisor.verify.switches import attribute, with_switches
-
-    if target.device.type != "cuda":
-        raise NotVerifiable("cuDNN autotuning applies to CUDA devices only; this machine ran the model on "
-                            f"{target.device.type}")
     return with_switches(target, attribute(torch.backends.cudnn, "benchmark", True))

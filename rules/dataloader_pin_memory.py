@@ -32,6 +32,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from advisor.evidence import Evidence
+from advisor.fixing import replace_target
 from advisor.rule import Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
 
 DOCS = ["https://pytorch.org/tutorials/intermediate/pinmem_nonblock.html",
@@ -93,13 +94,8 @@ def _pageable_copies(ev: Evidence) -> dict:
             "ms_per_step": round(sum(m.dur for m in copies) / steps / 1000, 4)}
 
 
-@check.fix(what="pinned batches, copied with non_blocking=True")
+@check.fix(what="pinned batches, copied with non_blocking=True",
+           needs_cuda="pinned memory only changes host-to-GPU copies")
 def fix(target, finding):
     """Rebuild the loader with pin_memory=True (measurable only with a CUDA device)."""
-    import dataclasses
-
-    from advisor.rule import NotVerifiable
-
-    if target.device.type != "cuda":
-        raise NotVerifiable("pinned memory only changes host-to-GPU copies; this run has no CUDA device")
-    return dataclasses.replace(target, loader_options={**target.loader_options, "pin_memory": True})
+    return replace_target(target, loader_options={**target.loader_options, "pin_memory": True})

@@ -31,6 +31,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from advisor.evidence import Evidence
+from advisor.fixing import replace_target
 from advisor.rule import Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
 
 
@@ -69,8 +70,6 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
 @check.fix(what="fewer loader workers")
 def fix(target, finding):
     """The same loader with workers sized to the usable cores."""
-    import dataclasses
-
     options = {**target.loader_options, "num_workers": finding.evidence["suggested_workers"],
                "persistent_workers": True}
-    return dataclasses.replace(target, loader_options=options)
+    return replace_target(target, loader_options=options)

@@ -35,6 +35,7 @@ import math
 from typing import Iterator
 
 from advisor.evidence import DataLoaderInfo, Evidence
+from advisor.fixing import replace_target
 from advisor.rule import Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
 
 DOCS = ["https://pytorch.org/docs/stable/data.html#multi-process-data-loading",
@@ -143,10 +144,8 @@ def _restarting_workers(data: DataLoaderInfo, step_ms: float, th: Thresholds) ->
 @check.fix(what="the same loader with more workers, kept between epochs")
 def fix(target, finding):
     """Rebuild the user's DataLoader with the suggested num_workers and persistent workers."""
-    import dataclasses
-
     workers = finding.evidence.get("workers_suggested")
     options = {"persistent_workers": True}
     if workers is not None:
         options["num_workers"] = int(workers)
-    return dataclasses.replace(target, loader_options={**target.loader_options, **options})
+    return replace_target(target, loader_options={**target.loader_options, **options})

@@ -31,7 +31,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from advisor.evidence import Evidence
-from advisor.rule import Finding, Fix, Layer, NotVerifiable, Severity, Thresholds, rule
+from advisor.rule import Finding, Fix, Layer, Severity, Thresholds, rule
 
 WRAPPERS = ("DataParallel",)
 
@@ -61,8 +61,5 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     )
 
 
-@check.fix(what="DistributedDataParallel")
-def fix(target, finding):
-    """DDP runs one process per GPU; a single audited process cannot measure it."""
-    raise NotVerifiable("DistributedDataParallel needs one process per GPU and a process group; "
-                        "a single audited process cannot measure the change")
+check.advice_only("DistributedDataParallel needs one process per GPU and a process group; "
+                  "a single audited process cannot measure the change")

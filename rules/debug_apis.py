@@ -33,7 +33,7 @@ from collections import Counter
 from typing import Iterator
 
 from advisor.evidence import Evidence
-from advisor.rule import Finding, Fix, Layer, Location, NotVerifiable, Severity, Thresholds, rule
+from advisor.rule import Finding, Fix, Layer, Location, Severity, Thresholds, rule
 
 DEBUG_APIS = ("torch.autograd.gradcheck", "torch.autograd.gradgradcheck", "torch.profiler.profile",
               "torch.autograd.profiler.profile", "torch.autograd.profiler.emit_nvtx",
@@ -63,8 +63,5 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     )
 
 
-@check.fix(what="debugging calls removed")
-def fix(target, finding):
-    """The step's code would have to change; the calls cannot be switched off from outside."""
-    raise NotVerifiable("debugging calls are part of the step's code (their results may be used); "
-                        "remove them and re-run the audit to measure the step without them")
+check.advice_only("debugging calls are part of the step's code (their results may be used); "
+                  "remove them and re-run the audit to measure the step without them")

@@ -29,7 +29,8 @@ from __future__ import annotations
 from typing import Iterator
 
 from advisor.evidence import Evidence
-from advisor.rule import Finding, Fix, Layer, NotVerifiable, Severity, Thresholds, rule
+from advisor.fixing import attribute, setting, with_switches
+from advisor.rule import Finding, Fix, Layer, Severity, Thresholds, rule
 
 
 @rule(slug="deterministic-algorithms", code="ADV125", layer=Layer.RUNTIME, severity=Severity.LOW)
@@ -53,14 +54,10 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     )
 
 
-@check.fix(tolerance=1e-3, what="deterministic algorithms off")
+@check.fix(tolerance=1e-3, what="deterministic algorithms off", needs_cuda="determinism costs on CUDA")
 def fix(target, finding):
     """Other algorithms reorder float sums (1e-3)."""
     import torch
 
-    from advisor.verify.switches import attribute, setting, with_switches
-
-    if target.device.type != "cuda":
-        raise NotVerifiable(f"determinism costs on CUDA; this machine ran the model on {target.device.type}")
     return with_switches(target, attribute(torch.backends.cudnn, "deterministic", False),
                          setting(torch.are_deterministic_algorithms_enabled, torch.use_deterministic_algorithms, False))

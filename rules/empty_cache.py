@@ -32,7 +32,8 @@ from __future__ import annotations
 from typing import Iterator
 
 from advisor.evidence import Evidence
-from advisor.rule import Finding, Fix, Layer, Location, NotVerifiable, Severity, Thresholds, rule
+from advisor.fixing import silenced, with_switches
+from advisor.rule import Finding, Fix, Layer, Location, Severity, Thresholds, rule
 
 API = "torch.cuda.empty_cache"
 
@@ -59,13 +60,10 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     )
 
 
-@check.fix(tolerance=1e-6, what="empty_cache() removed")
+@check.fix(tolerance=1e-6, what="empty_cache() removed", needs_cuda="empty_cache() does nothing without CUDA; "
+           "its cost appears only on a GPU")
 def fix(target, finding):
     """Run the step with empty_cache() doing nothing: the same math, the cache kept."""
     import torch
 
-    from advisor.verify.switches import silenced, with_switches
-
-    if target.device.type != "cuda":
-        raise NotVerifiable(f"empty_cache() does nothing on {target.device.type}; its cost appears only on a GPU")
     return with_switches(target, silenced(torch.cuda, "empty_cache"))

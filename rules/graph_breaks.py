@@ -32,11 +32,11 @@ Example:
 
 from __future__ import annotations
 
-import os
 from typing import Iterator
 
 from advisor.evidence import Evidence
-from advisor.rule import Finding, Fix, Layer, Location, NotVerifiable, Severity, Threshold, Thresholds, rule
+from advisor.rule import Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
+from advisor.sources import site_label
 
 
 @rule(
@@ -53,7 +53,7 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     breaks = sorted(graph.breaks, key=lambda b: -b.count)
     total = sum(b.count for b in breaks)
     first = breaks[0]
-    where = f" at {os.path.basename(first.file)}:{first.line}" if first.file else ""
+    where = f" at {site_label(first.file, first.line)}" if first.file else ""
     yield Finding(
         severity=Severity.MEDIUM if graph.graph_count >= th.medium_graphs else Severity.LOW,
         message=(f"torch.compile would split the forward into {graph.graph_count} graph(s) at {total} graph break(s) "
@@ -70,8 +70,5 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     )
 
 
-@check.fix(what="graph breaks removed")
-def fix(target, finding):
-    """Removing a break changes the model's code."""
-    raise NotVerifiable("removing a graph break means rewriting the code at the reported lines; "
-                        "compile the rewritten model and re-run the audit to measure it")
+check.advice_only("removing a graph break means rewriting the code at the reported lines; "
+                  "compile the rewritten model and re-run the audit to measure it")

@@ -38,13 +38,13 @@ Example:
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from typing import Iterator
 
 from advisor.evidence import Evidence
 from advisor.kineto import SYNC_RUNTIME_CALLS, Op, SourceCall, Trace
 from advisor.rule import Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
+from advisor.sources import site_label
 
 # What each user-facing API does, by how it syncs (the key selects the fix text).
 SYNC_APIS = {
@@ -299,18 +299,16 @@ def _location(site: SyncSite, steps: int) -> Location:
 
 def _place(site: SyncSite) -> str:
     if site.file:
-        return f"{os.path.basename(site.file)}:{site.line}"
+        return site_label(site.file, site.line)
     return f"{site.function} (no source line in the trace)"
 
 
-@check.fix(what="no automatic rewrite")
-def fix(target, finding):
+@check.advice_only
+def expected(finding: Finding) -> str:
     """No rewrite removes a sync safely; say what the syncs cost instead (expected, not verified)."""
-    from advisor.rule import NotVerifiable
-
     blocked = finding.evidence.get("blocked_ms_per_step")
     if blocked is not None:
-        raise NotVerifiable(f"no safe automatic rewrite; expected: up to {blocked:g} ms per step of host waiting "
-                            "(measured in the trace) and the GPU idle time behind it")
-    raise NotVerifiable("no safe automatic rewrite; on this CPU run the syncs cost no waiting, "
-                        "so the gain appears only when the step runs on a GPU")
+        return (f"no safe automatic rewrite; expected: up to {blocked:g} ms per step of host waiting "
+                "(measured in the trace) and the GPU idle time behind it")
+    return ("no safe automatic rewrite; on this CPU run the syncs cost no waiting, "
+            "so the gain appears only when the step runs on a GPU")

@@ -37,14 +37,32 @@ Example:
 
 from __future__ import annotations
 
-import os
-from typing import Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from advisor.evidence import Evidence, GraphNode
-from advisor.patterns import MASKS, find_attention
+from advisor.fixing import compiled_with, finish_graph, node_name
+from advisor.patterns import (
+    ADDITIVE_MASKS,
+    CASTS,
+    DIVIDE_SCALES,
+    DROPOUT,
+    FILL_MASKS,
+    MASKS,
+    MULTIPLY_SCALES,
+    WHERE_MASKS,
+    find_attention,
+)
 from advisor.rule import Finding, Fix, Layer, Location, Severity, Thresholds, rule
+from advisor.sources import site_label
+
+if TYPE_CHECKING:
+    import torch
 
 CAUSAL_BUILDERS = {"tril", "triu", "torch.tril", "torch.triu"}
+# masked_fill / where values at or below this zero a softmax weight in float32 (exp(-1e4) == 0);
+# -inf and the common -1e9 / finfo.min stand-ins all qualify.
+MASKED_FILL_AT_MOST = -1e4
+CAUSAL_SEARCH_DEPTH = 4  # ops between a mask operand and the tril/triu that built it (== 0, slicing, view)
 
 
 @rule(slug="manual-attention", code="ADV116", layer=Layer.MODEL, severity=Severity.MEDIUM)
@@ -69,7 +87,7 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     shape = first.softmax.shape
     yield Finding(
         message=(f"{len(matches)} attention block(s) written by hand (matmul, softmax, matmul), first at "
-                 f"{os.path.basename(first.softmax.file)}:{first.softmax.line}"
+                 f"{site_label(first.softmax.file, first.softmax.line)}"
                  + (f" on a {shape} score matrix" if shape else "")
                  + ": F.scaled_dot_product_attention never materializes the scores"),
         impact=None,  # the lines also hold the projections; verification measures the gain
@@ -98,7 +116,7 @@ def _causal_mask(between: list[GraphNode], nodes: dict[str, GraphNode]) -> bool:
         if node.target not in MASKS:
             continue
         frontier = [nodes[a] for a in node.args[1:] if a in nodes]
-        for _ in range(4):
+        for _ in range(CAUSAL_SEARCH_DEPTH):
             if any(n.target in CAUSAL_BUILDERS for n in frontier):
                 return True
             frontier = [nodes[a] for n in frontier for a in n.args if a in nodes]
@@ -112,8 +130,116 @@ def fix(target, finding):
     Fused attention sums in another order (online softmax): equal to about 1e-6 relative in
     float32; 1e-4 allows for long rows.
     """
-    import dataclasses
+    return compiled_with(target, use_sdpa)
 
-    from advisor.verify.rewrites import use_sdpa
 
-    return dataclasses.replace(target, compile_backend=use_sdpa)
+def use_sdpa(graph_module: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
+    """A backend replacing hand-written attention with ``F.scaled_dot_product_attention``.
+
+    Only blocks it can translate exactly are replaced: scales by constants before any mask,
+    at most one mask (``masked_fill`` with a large negative value, ``where``, or an added
+    float mask), dropout kept as ``dropout_p``. Others are left as they are. A mask whose
+    value on the example inputs is the lower triangle becomes ``is_causal=True``, which lets
+    SDPA pick its flash kernels.
+    """
+    import torch
+
+    graph = graph_module.graph
+    matches = find_attention(list(graph.nodes), name=node_name, inputs=lambda n: n.all_input_nodes,
+                             users=lambda n: list(n.users))
+    plans = [(match, _sdpa_arguments(match)) for match in matches]
+    values = _node_values(graph_module, example_inputs) if any(p and p["mask"] is not None for _, p in plans) else {}
+    for match, plan in plans:
+        if plan is None:
+            continue
+        query, key_transposed = match.scores.args[0], match.scores.args[1]
+        causal = _is_causal(values.get(plan["mask"]), plan["invert_mask"], values.get(match.scores))
+        with graph.inserting_before(match.output):
+            key = _untransposed(graph, key_transposed)
+            mask = None if causal else plan["mask"]
+            if mask is not None and plan["invert_mask"]:
+                mask = graph.call_function(torch.logical_not, (mask,))
+            attention = graph.call_function(
+                torch.nn.functional.scaled_dot_product_attention, (query, key, match.output.args[1]),
+                {"attn_mask": mask, "dropout_p": plan["dropout_p"], "is_causal": causal, "scale": plan["scale"]})
+        match.output.replace_all_uses_with(attention)
+        for node in reversed([match.scores, *match.between, match.softmax, *match.after, match.output]):
+            if not node.users:
+                graph.erase_node(node)
+    return finish_graph(graph_module)
+
+
+def _node_values(graph_module: torch.fx.GraphModule, example_inputs: list[Any]) -> dict[torch.fx.Node, Any]:
+    """Every node's value on the example inputs (one extra forward at compile time); {} if that fails."""
+    import torch
+
+    interpreter = torch.fx.Interpreter(graph_module, garbage_collect_values=False)
+    try:
+        with torch.no_grad():
+            interpreter.run(*example_inputs)
+    except Exception:  # noqa: BLE001 - symbolic or fake inputs: fall back to explicit masks
+        return {}
+    return interpreter.env
+
+
+def _is_causal(mask: Any, inverted: bool, scores: Any) -> bool:
+    """Whether a mask keeps exactly the lower triangle of the (L, S) scores: SDPA's ``is_causal``."""
+    import torch
+
+    if not isinstance(mask, torch.Tensor) or not isinstance(scores, torch.Tensor) or mask.dim() < 2:
+        return False
+    if mask.dtype == torch.bool:
+        keep = ~mask if inverted else mask
+    elif mask.is_floating_point() and not inverted and bool(((mask == 0) | (mask == float("-inf"))).all()):
+        keep = mask == 0  # an additive 0 / -inf mask
+    else:
+        return False
+    rows, cols = scores.shape[-2:]
+    if tuple(keep.shape[-2:]) != (rows, cols) or any(size != 1 for size in keep.shape[:-2]):
+        return False
+    return torch.equal(keep.reshape(rows, cols), torch.ones(rows, cols, dtype=torch.bool, device=keep.device).tril())
+
+
+def _sdpa_arguments(match: Any) -> dict[str, Any] | None:
+    """SDPA's arguments for a matched block, from the matcher's own op families; None when a
+    node cannot be translated exactly (a scale after the mask, a second mask, a tensor scale)."""
+    import torch
+
+    scale, mask, invert, dropout_p = 1.0, None, False, 0.0
+    for node in match.between:
+        name = node_name(node)
+        constants = [a for a in node.args[1:] if not isinstance(a, torch.fx.Node)]
+        if name in MULTIPLY_SCALES and len(constants) == 1 and mask is None:
+            scale *= float(constants[0])
+        elif name in DIVIDE_SCALES and len(constants) == 1 and mask is None:
+            scale /= float(constants[0])
+        elif name in FILL_MASKS and mask is None and len(node.args) == 3 and _large_negative(node.args[2]):
+            mask, invert = node.args[1], True
+        elif name in WHERE_MASKS and mask is None and len(node.args) == 3 and _large_negative(node.args[2]):
+            mask = node.args[0]
+        elif name in ADDITIVE_MASKS and mask is None and isinstance(node.args[1], torch.fx.Node):
+            mask = node.args[1]
+        elif name in CASTS:
+            continue
+        else:
+            return None
+    for node in match.after:
+        if node_name(node) in DROPOUT:
+            p, training = (list(node.args[1:3]) + [node.kwargs.get("p", 0.5), node.kwargs.get("training", True)])[:2]
+            dropout_p = float(p) if training else 0.0
+    return {"scale": scale, "mask": mask, "invert_mask": invert, "dropout_p": dropout_p}
+
+
+def _large_negative(value: Any) -> bool:
+    """A fill value that zeroes a softmax weight (-inf, or a finite stand-in such as -1e9)."""
+    return isinstance(value, (int, float)) and value <= MASKED_FILL_AT_MOST
+
+
+def _untransposed(graph: torch.fx.Graph, key_transposed: torch.fx.Node) -> torch.fx.Node:
+    """k from k.transpose(-2, -1); otherwise a transpose of what the matmul was given."""
+    if key_transposed.op == "call_method" and key_transposed.target == "transpose" and len(key_transposed.args) == 3:
+        rank = len(key_transposed.meta["example_value"].shape) if "example_value" in key_transposed.meta else 4
+        dims = {d % rank for d in key_transposed.args[1:] if isinstance(d, int)}
+        if dims == {rank - 1, rank - 2}:
+            return key_transposed.args[0]
+    return graph.call_method("transpose", (key_transposed, -2, -1))

@@ -33,12 +33,10 @@ from __future__ import annotations
 from typing import Iterator
 
 from advisor.evidence import Evidence
-from advisor.opsets import LOW_PRECISION_TYPES
-from advisor.rule import Finding, Fix, Layer, Location, NotVerifiable, Severity, Threshold, Thresholds, rule
+from advisor.opsets import GRAPH_BIAS_FIRST, GRAPH_MATMULS, LOW_PRECISION_TYPES, REDUCED_DTYPES
+from advisor.rule import Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
 
-GRAPH_MATMULS = {"F.linear", "matmul", "torch.matmul", "torch.bmm", "bmm", "torch.mm", "mm"}
 TRACE_MATMULS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"}
-LOW_PRECISION = {"float16", "bfloat16"}
 
 
 @rule(
@@ -83,14 +81,15 @@ def _aligned(size: int, multiple: float) -> bool:
 def _from_graph(ev: Evidence, th: Thresholds) -> list[tuple]:
     nodes = {n.id: n for n in ev.graph.nodes}
     found = []
-    autocast = ev.target.autocast in LOW_PRECISION
+    autocast = ev.target.autocast in REDUCED_DTYPES
     for node in ev.graph.calls():
-        if node.target not in GRAPH_MATMULS or len(node.args) < 2 or not node.shape:
+        first = 1 if node.target in GRAPH_BIAS_FIRST else 0
+        if node.target not in GRAPH_MATMULS or len(node.args) < first + 2 or not node.shape:
             continue
-        a, b = nodes.get(node.args[0]), nodes.get(node.args[1])
+        a, b = nodes.get(node.args[first]), nodes.get(node.args[first + 1])
         if a is None or b is None or not a.shape or not b.shape:
             continue
-        if not (autocast or a.dtype in LOW_PRECISION):
+        if not (autocast or a.dtype in REDUCED_DTYPES):
             continue
         k = a.shape[-1]
         n = b.shape[0] if node.target == "F.linear" else b.shape[-1]
@@ -120,8 +119,5 @@ def _from_trace(ev: Evidence, th: Thresholds) -> list[tuple]:
     return found
 
 
-@check.fix(what="padded dimensions")
-def fix(target, finding):
-    """Padding changes the model's shapes and outputs."""
-    raise NotVerifiable("padding a dimension changes the model's parameters and output shapes; "
-                        "and tensor-core alignment can only be measured on a GPU")
+check.advice_only("padding a dimension changes the model's parameters and output shapes; "
+                  "and tensor-core alignment can only be measured on a GPU")

@@ -38,12 +38,15 @@ from __future__ import annotations
 from typing import Iterator
 
 from advisor.evidence import Evidence
-from advisor.opsets import MATMUL_FLOP_OPS, MATMUL_OPS, low_precision, outermost
+from advisor.fixing import replace_target
+from advisor.opsets import MATMUL_FLOP_OPS, MATMUL_OPS, REDUCED_DTYPES, is_ampere_or_newer, low_precision, outermost
 from advisor.rule import Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
+
+# A model whose parameters are mostly bf16/fp16 already computes in reduced precision.
+REDUCED_PARAMETER_SHARE = 0.5
 
 DOCS = ["https://pytorch.org/docs/stable/amp.html",
         "https://pytorch.org/tutorials/recipes/recipes/amp_recipe.html"]
-REDUCED = {"bfloat16", "float16"}
 
 
 @rule(
@@ -62,8 +65,10 @@ REDUCED = {"bfloat16", "float16"}
 def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     if ev.trace is None or ev.flops is None:
         return
+    if ev.target.autocast is not None:
+        return  # the user's code already runs the model under autocast
     params = ev.target.param_dtypes
-    if params and sum(n for d, n in params.items() if d in REDUCED) >= 0.5 * sum(params.values()):
+    if params and sum(n for d, n in params.items() if d in REDUCED_DTYPES) >= REDUCED_PARAMETER_SHARE * sum(params.values()):
         return  # the model itself is in bf16/fp16
     matmul_flops = sum(n for op, n in ev.flops.by_op.items() if op in MATMUL_FLOP_OPS)
     if matmul_flops < th.min_gflops * 1e9:
@@ -103,8 +108,7 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
 
 def _device_advice(ev: Evidence, share: float) -> tuple[Severity, str]:
     if ev.on_cuda:
-        capability = ev.env.gpu_capability if ev.env is not None else None
-        if capability is not None and capability[0] >= 8:
+        if is_ampere_or_newer(ev.env):
             return Severity.HIGH, "bf16 autocast runs them on tensor cores"
         return Severity.HIGH, "fp16 autocast (with GradScaler when training) runs them on tensor cores"
     if ev.env is not None and ev.env.cpu_native_bf16:
@@ -119,8 +123,7 @@ def _device_advice(ev: Evidence, share: float) -> tuple[Severity, str]:
 def _fix(ev: Evidence) -> Fix:
     training = ev.target.mode == "train"
     if ev.on_cuda:
-        capability = ev.env.gpu_capability if ev.env is not None else None
-        dtype = "bfloat16" if capability is not None and capability[0] >= 8 else "float16"
+        dtype = "bfloat16" if is_ampere_or_newer(ev.env) else "float16"
         after = f'with torch.autocast("cuda", dtype=torch.{dtype}):\n    loss = loss_fn(model(x), y)'
         if dtype == "float16" and training:
             after = ("scaler = torch.amp.GradScaler()\n" + after +
@@ -149,16 +152,14 @@ def _hot_lines(ev: Evidence, matmuls: list) -> list[Location]:
 @check.fix(tolerance=0.05, what="autocast to bf16 (fp16 with GradScaler on pre-Ampere GPUs)")
 def fix(target, finding):
     """Run the step under autocast: the dtype the device runs fast."""
-    import dataclasses
-
     import torch
 
     from advisor.rule import NotVerifiable
 
     if target.device.type == "cuda":
         dtype = torch.bfloat16 if torch.cuda.get_device_capability(target.device)[0] >= 8 else torch.float16
-        return dataclasses.replace(target, autocast_dtype=dtype,
+        return replace_target(target, autocast_dtype=dtype,
                                    grad_scaler=dtype is torch.float16 and target.mode == "train")
     if not torch.ops.mkldnn._is_mkldnn_bf16_supported():
         raise NotVerifiable("this CPU has no native bf16, so autocast would run emulated; the fix applies on a GPU")
-    return dataclasses.replace(target, autocast_dtype=torch.bfloat16)
+    return replace_target(target, autocast_dtype=torch.bfloat16)

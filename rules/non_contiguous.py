@@ -37,22 +37,25 @@ Example:
 
 from __future__ import annotations
 
-import os
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from advisor.evidence import Evidence, GraphCapture, GraphNode
+from advisor.fixing import compiled_with, finish_graph
 from advisor.kineto import Op, Trace
-from advisor.opsets import LAYOUT_COPY_OPS, is_broadcast, is_contiguous, outermost
+from advisor.opsets import GRAPH_MATMULS, LAYOUT_COPY_OPS, is_broadcast, is_contiguous, outermost
 from advisor.rule import Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
+from advisor.sources import site_label
+
+if TYPE_CHECKING:
+    import torch
 
 LAYOUT_VIEWS = {"permute", "transpose", "t", "T", "mT", "swapaxes", "swapdims", "movedim", "expand",
                 "narrow", "unfold", "as_strided", "getitem", "diagonal", "select"}
 USER_COPY_APIS = {"Tensor.contiguous", "Tensor.clone", "Tensor.reshape", "torch.reshape", "Tensor.copy_",
                   "torch.clone", "Tensor.flatten", "torch.flatten"}
 RESHAPING_VIEWS = {"view", "reshape", "flatten", "unsqueeze", "squeeze", "torch.flatten", "torch.reshape"}
-MATMUL_TARGETS = {"F.linear", "torch.matmul", "matmul", "torch.bmm", "bmm", "torch.mm", "mm", "torch.einsum"}
 
 
 @dataclass
@@ -91,7 +94,7 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
         _attach_producers(ev.graph, sites)
     ranked = sorted(sites.values(), key=lambda s: -s.us)
     worst = ranked[0]
-    where = f"{os.path.basename(worst.file)}:{worst.line}" if worst.file else "an unattributed op"
+    where = site_label(worst.file, worst.line)
     made_by = f", a view made by {', '.join(sorted(worst.producers))}" if worst.producers else ""
     conv_net = _is_conv_net(ev)
     yield Finding(
@@ -171,7 +174,7 @@ def _attach_producers(graph: GraphCapture, sites: dict[tuple[str, int], CopySite
                 producer = _layout_producer(nodes, nodes.get(arg))
                 if producer is None:
                     continue
-                site.producers.add(f"{producer.target} at {os.path.basename(producer.file)}:{producer.line}")
+                site.producers.add(f"{producer.target} at {site_label(producer.file, producer.line)}")
                 site.nhwc |= producer.target == "permute" and len(producer.shape or []) == 4
             site.feeds_matmul |= _feeds_matmul(graph, nodes, node.id)
 
@@ -190,7 +193,7 @@ def _feeds_matmul(graph: GraphCapture, nodes: dict[str, GraphNode], start: str) 
     """Whether the value flows straight into a matmul (through reshaping views at most)."""
     for successor in graph.digraph.successors(start):
         target = nodes[successor].target
-        if target in MATMUL_TARGETS:
+        if target in GRAPH_MATMULS:
             return True
         if target in RESHAPING_VIEWS and _feeds_matmul(graph, nodes, successor):
             return True
@@ -238,9 +241,18 @@ def fix(target, finding):
     Not bit-exact: channels_last convolutions sum in another order (measured 1.9e-5 of the
     gradients' magnitude on a ResNet training step), hence 1e-4.
     """
-    import dataclasses
+    return compiled_with(target, drop_contiguous,
+                         channels_last=bool(finding.evidence.get("conv_net")))
 
-    from advisor.verify.rewrites import drop_contiguous
 
-    return dataclasses.replace(target, compile_backend=drop_contiguous,
-                               channels_last=bool(finding.evidence.get("conv_net")))
+def drop_contiguous(graph_module: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
+    """Remove plain ``.contiguous()`` calls: they copy memory and never change a value.
+
+    A consumer that needs contiguous memory (``.view``) then raises, and verification reports
+    the fix as failed rather than changing the model's numbers.
+    """
+    for node in list(graph_module.graph.nodes):
+        if node.op == "call_method" and node.target == "contiguous" and len(node.args) == 1 and not node.kwargs:
+            node.replace_all_uses_with(node.args[0])
+            graph_module.graph.erase_node(node)
+    return finish_graph(graph_module)

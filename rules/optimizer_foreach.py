@@ -32,6 +32,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from advisor.evidence import Evidence
+from advisor.fixing import replace_target
 from advisor.rule import Finding, Fix, Layer, Severity, Threshold, Thresholds, rule
 
 FUSED = {"Adam", "AdamW", "SGD", "Adagrad"}
@@ -83,8 +84,6 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
 @check.fix(tolerance=1e-5, what="fused / foreach optimizer")
 def fix(target, finding):
     """The same update rule computed in batched kernels: equal up to float rounding."""
-    import dataclasses
-
     better = finding.evidence["suggested"]
     overrides = {"fused": True, "foreach": None} if better == "fused" else {"foreach": True}
-    return dataclasses.replace(target, optimizer_options={**target.optimizer_options, **overrides})
+    return replace_target(target, optimizer_options={**target.optimizer_options, **overrides})

@@ -36,15 +36,20 @@ Example:
 
 from __future__ import annotations
 
-import os
 from collections import defaultdict
-from typing import Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from advisor.evidence import Evidence, GraphNode
+from advisor.fixing import compiled_with, finish_graph, node_site
+from advisor.opsets import GRAPH_MATMULS
 from advisor.rule import Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
+from advisor.sources import site_label
 
-FRESH_CONTIGUOUS = {"F.linear", "matmul", "torch.matmul", "torch.bmm", "bmm", "torch.mm", "mm", "torch.addmm",
-                    "torch.cat", "torch.stack", "F.layer_norm", "F.embedding", "contiguous", "torch.einsum"}
+if TYPE_CHECKING:
+    import torch
+
+# Ops whose output is always a fresh contiguous tensor: a .contiguous() after them copies nothing useful.
+FRESH_CONTIGUOUS = GRAPH_MATMULS | {"torch.cat", "torch.stack", "F.layer_norm", "F.embedding", "contiguous"}
 DTYPE_CONVERSIONS = {"float", "double", "half", "bfloat16", "to", "type"}
 
 
@@ -88,7 +93,7 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     yield Finding(
         severity=Severity.LOW if share is not None and share >= th.min_share else Severity.INFO,
         message=(f"{len(found)} copy or conversion call(s) change nothing; first at "
-                 f"{os.path.basename(first_node.file)}:{first_node.line}: {first_why}"
+                 f"{site_label(first_node.file, first_node.line)}: {first_why}"
                  + (f" (redundant clones: {share:.1%} of the step)" if share else "")),
         impact=share,
         evidence={"calls": len(found), "clone_share_of_step": round(share, 4) if share is not None else None,
@@ -128,9 +133,20 @@ def _clone_cost_us(ev: Evidence, clones: list[GraphNode]) -> float | None:
 @check.fix(tolerance=1e-6, what="redundant calls removed")
 def fix(target, finding):
     """A graph rewrite deleting exactly the reported calls (each replaced by its input)."""
-    import dataclasses
-
-    from advisor.verify.rewrites import drop_calls
-
     sites = {(file, line, name) for file, line, name in finding.evidence["sites"]}
-    return dataclasses.replace(target, compile_backend=drop_calls(sites))
+    return compiled_with(target, drop_calls(sites))
+
+
+def drop_calls(sites: set[tuple[str, int, str]]) -> Callable[..., Any]:
+    """A backend removing the method calls at (file, line, method): each is replaced by its input.
+
+    For calls that return their input's value unchanged (a redundant ``.clone()``); a later
+    in-place use would then change the input, which the numerics check would catch.
+    """
+    def backend(graph_module: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
+        for node in list(graph_module.graph.nodes):
+            if node.op == "call_method" and (*node_site(node), node.target) in sites and node.args:
+                node.replace_all_uses_with(node.args[0])
+                graph_module.graph.erase_node(node)
+        return finish_graph(graph_module)
+    return backend

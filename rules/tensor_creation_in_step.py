@@ -34,11 +34,15 @@ Example:
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from advisor.evidence import Evidence, GraphNode
+from advisor.fixing import compiled_with, finish_graph, node_name
 from advisor.patterns import find_constants
 from advisor.rule import Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
+
+if TYPE_CHECKING:
+    import torch
 
 FROM_HOST = {"tensor", "as_tensor"}  # built from Python data on the host, then copied
 
@@ -120,8 +124,39 @@ def _cost_us(ev: Evidence, by_line: dict[tuple[str, int], list[GraphNode]]) -> f
 @check.fix(tolerance=1e-6, what="constants built once")
 def fix(target, finding):
     """A graph rewrite computing the constant subgraphs once (what register_buffer does by hand)."""
-    import dataclasses
+    return compiled_with(target, fold_constants)
 
-    from advisor.verify.rewrites import fold_constants
 
-    return dataclasses.replace(target, compile_backend=fold_constants)
+def constant_nodes(graph: torch.fx.Graph) -> list[torch.fx.Node]:
+    """Nodes computed from constant factory calls only: the same value every step."""
+    calls = [n for n in graph.nodes if n.op in ("call_function", "call_method")]
+    return find_constants(calls, name=node_name, is_function=lambda n: n.op == "call_function",
+                          inputs=lambda n: n.all_input_nodes, key=lambda n: n)
+
+
+def fold_constants(graph_module: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
+    """A backend computing constant subgraphs once, at compile time, and reusing their tensors.
+
+    What ``register_buffer`` does by hand: masks, position ids and lookup tables built from
+    constants are no longer rebuilt every step.
+    """
+    import torch
+
+    constant = constant_nodes(graph_module.graph)
+    values: dict[torch.fx.Node, Any] = {}
+    for node in constant:
+        args = torch.fx.node.map_arg(node.args, lambda n: values[n])
+        kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: values[n])
+        if node.op == "call_function":
+            values[node] = node.target(*args, **kwargs)
+        else:
+            values[node] = getattr(args[0], node.target)(*args[1:], **kwargs)
+    folded = set(constant)
+    for index, node in enumerate(constant):
+        if not isinstance(values[node], torch.Tensor) or all(user in folded for user in node.users):
+            continue  # only the frontier is kept: the nodes read by the rest of the graph
+        name = f"_advisor_constant_{index}"
+        graph_module.register_buffer(name, values[node])
+        with graph_module.graph.inserting_before(node):
+            node.replace_all_uses_with(graph_module.graph.get_attr(name))
+    return finish_graph(graph_module)

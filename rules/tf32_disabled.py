@@ -36,13 +36,13 @@ import re
 from typing import Iterator
 
 from advisor.evidence import Evidence
-from advisor.rule import Finding, Fix, Layer, NotVerifiable, Severity, Threshold, Thresholds, rule
+from advisor.fixing import setting, with_switches
+from advisor.opsets import GRAPH_MATMULS, is_ampere_or_newer
+from advisor.rule import Finding, Fix, Layer, Severity, Threshold, Thresholds, rule
 
 # CUDA-core fp32 GEMMs; tensor-op kernels say tf32 / s1688 / s16816 / tensorop instead.
 FP32_GEMM = re.compile(r"sgemm", re.IGNORECASE)
 TENSOR_CORE_GEMM = re.compile(r"tf32|s1688|s16816|tensorop|xmma", re.IGNORECASE)
-MATMUL_TARGETS = {"F.linear", "torch.matmul", "matmul", "torch.bmm", "bmm", "torch.mm", "mm", "torch.addmm",
-                  "torch.einsum", "torch.baddbmm"}
 
 
 @rule(
@@ -54,7 +54,7 @@ MATMUL_TARGETS = {"F.linear", "torch.matmul", "matmul", "torch.bmm", "bmm", "tor
 )
 def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     env = ev.env
-    if env is None or env.gpu_capability is None or env.gpu_capability < (8, 0) or "AMD" in env.device_name.upper():
+    if not is_ampere_or_newer(env):
         return  # TF32 needs NVIDIA Ampere or newer
     if ev.trace is not None and ev.trace.kernels:
         yield from _from_kernels(ev, th)
@@ -95,7 +95,7 @@ def _gemm_kind(name: str) -> str:
 
 
 def _from_settings(ev: Evidence) -> Iterator[Finding]:
-    matmuls = [n for n in ev.graph.calls() if n.target in MATMUL_TARGETS and n.dtype == "float32"] if ev.graph else []
+    matmuls = [n for n in ev.graph.calls() if n.target in GRAPH_MATMULS and n.dtype == "float32"] if ev.graph else []
     if not matmuls:
         return
     yield Finding(
@@ -115,13 +115,9 @@ def _advice() -> Fix:
                docs=["https://pytorch.org/docs/stable/notes/cuda.html#tensorfloat-32-tf32-on-ampere-and-later-devices"])
 
 
-@check.fix(tolerance=1e-2, what="TF32 matmuls")
+@check.fix(tolerance=1e-2, what="TF32 matmuls", needs_cuda="TF32 is a CUDA tensor-core mode")
 def fix(target, finding):
     """TF32 keeps a 10-bit mantissa: outputs move by about 1e-3 relative."""
     import torch
 
-    from advisor.verify.switches import setting, with_switches
-
-    if target.device.type != "cuda":
-        raise NotVerifiable(f"TF32 is a CUDA tensor-core mode; this machine ran the model on {target.device.type}")
     return with_switches(target, setting(torch.get_float32_matmul_precision, torch.set_float32_matmul_precision, "high"))

@@ -30,7 +30,8 @@ from __future__ import annotations
 from typing import Iterator
 
 from advisor.evidence import Evidence
-from advisor.rule import Finding, Fix, Layer, Location, NotVerifiable, Severity, Thresholds, rule
+from advisor.fixing import attribute, with_switches
+from advisor.rule import Finding, Fix, Layer, Location, Severity, Thresholds, rule
 
 API = "zero_grad"  # Optimizer.zero_grad and Module.zero_grad
 
@@ -55,16 +56,17 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     )
 
 
-@check.fix(tolerance=1e-6, what="zero_grad(set_to_none=True)")
+def _only_in_source(finding: Finding) -> str | None:
+    if finding.evidence["seen_in_step"]:
+        return None
+    return ("the call is in your training loop, which the audit does not run; advisor's own step "
+            "already uses zero_grad() with set_to_none=True")
+
+
+@check.fix(tolerance=1e-6, what="zero_grad(set_to_none=True)", expected=_only_in_source)
 def fix(target, finding):
     """Calls seen in the step run with set_to_none=True; calls only in the source cannot be measured."""
     import torch
-
-    from advisor.verify.switches import attribute, with_switches
-
-    if not finding.evidence["seen_in_step"]:
-        raise NotVerifiable("the call is in your training loop, which the audit does not run; advisor's own step "
-                            "already uses zero_grad() with set_to_none=True")
 
     def to_none(original):
         return lambda self, set_to_none=True: original(self, set_to_none=True)

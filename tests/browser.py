@@ -77,14 +77,20 @@ class Browser:
         self.call("Page.reload")
         self.wait_for("Page.loadEventFired")
 
-    def settle_storage(self, seconds: float = 0.5) -> None:
-        """Give a localStorage write time to reach the browser's storage service.
+    def reload_until(self, expression: str, expected, timeout_s: float = 15.0) -> bool:
+        """Reload until ``expression`` reads ``expected`` after the load (False if it never does).
 
-        The page writes synchronously, but Chromium commits to its storage backend
-        asynchronously; a reload racing that commit on a loaded machine read the old value
-        (seen once in a CI rehearsal).
+        The page writes localStorage synchronously, but Chromium commits it to its storage
+        service asynchronously: a reload racing that commit on a loaded machine read the old
+        value (seen once in a CI rehearsal). Waiting for the state, not for a fixed time.
         """
-        time.sleep(seconds)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            self.reload()
+            if self.evaluate(expression) == expected:
+                return True
+            if time.monotonic() > deadline:
+                return False
 
     def evaluate(self, expression: str):
         result = self.call("Runtime.evaluate", expression=expression, returnByValue=True)

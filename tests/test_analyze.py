@@ -60,6 +60,7 @@ def test_amd_trace_gets_no_cuda_specific_findings_and_triton_kernel_is_linked():
     assert kernel.step == 0  # linked to its cuLaunchKernel inside ProfilerStep#0 by correlation
 
 
+@pytest.mark.slow
 def test_folder_of_ranks_and_the_cli(tmp_path):
     ranks = tmp_path / "ranks"
     ranks.mkdir()
@@ -74,6 +75,7 @@ def test_folder_of_ranks_and_the_cli(tmp_path):
     assert "gpu-idle" in completed.stdout
 
 
+@pytest.mark.slow
 def test_cli_names_a_broken_trace_and_exits_2(tmp_path):
     broken = tmp_path / "cut.json.gz"
     broken.write_bytes(gzip.compress(json.dumps({"traceEvents": [{"ph": "X", "ts": 1}] * 50}).encode())[:-30])

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import sys
 
+import pytest
 import torch
 
 import advisor
-from conftest import SAMPLES
+from conftest import SAMPLES, audit
 
 
+@pytest.mark.slow
 def test_audit_a_live_model_and_save_every_format(tmp_path):
     sys.path.insert(0, str(SAMPLES))
     import non_contiguous  # noqa: E402 - a bundled sample, used as a live object here
@@ -28,6 +30,7 @@ def test_audit_a_live_model_and_save_every_format(tmp_path):
     assert not model.training and next(model.parameters()).is_contiguous()
 
 
+@pytest.mark.slow
 def test_audit_trains_with_an_optimizer_and_rejects_non_modules():
     model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
     report = advisor.audit(model, torch.randn(4, 8), get_optimizer=lambda m: torch.optim.SGD(m.parameters(), lr=0.1),
@@ -39,3 +42,21 @@ def test_audit_trains_with_an_optimizer_and_rejects_non_modules():
         assert "not a torch.nn.Module" in str(error)
     else:
         raise AssertionError("a non-module was accepted")
+
+
+@pytest.mark.slow
+def test_api_and_cli_assemble_the_same_report(tmp_path):
+    """One assembly path: the same findings (by id), stage records and verification decisions."""
+    sys.path.insert(0, str(SAMPLES))
+    import forgot_eval  # noqa: E402 - a structural finding whose verdict no timing can flip
+
+    cli = audit(SAMPLES / "forgot_eval.py", tmp_path / "cli", verify=True, budget=5).report
+    api = advisor.audit(forgot_eval.get_model(), forgot_eval.get_inputs(), budget=5)
+    [cli_finding] = [f for f in cli.findings if f.slug == "train-mode-inference"]
+    [api_finding] = [f for f in api.findings if f.slug == "train-mode-inference"]
+    assert cli_finding.id == api_finding.id and cli_finding.id.startswith("ADV114-")
+    assert cli_finding.verification == api_finding.verification  # advice only: decided without running
+    assert cli_finding.verification.status == "not-verifiable-here" and "eval()" in cli_finding.verification.note
+    assert [(s.stage, s.status) for s in cli.stages] == [(s.stage, s.status) for s in api.stages]
+    assert all(s.seconds > 0 for s in api.stages if s.status == "ok" and s.stage in ("timing", "trace"))
+    assert cli.verification.note == api.verification.note and cli.errors == api.errors == []

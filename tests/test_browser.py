@@ -6,8 +6,8 @@ import struct
 import zlib
 
 import pytest
-
 from browser import Browser, chromium_path
+
 from conftest import HOSTILE_MODEL, audit, write_model
 
 pytestmark = pytest.mark.skipif(chromium_path() is None, reason="no chromium here (.ci/run installs it)")
@@ -28,6 +28,7 @@ def report_page(sample_audit, tmp_path_factory):
     return path
 
 
+@pytest.mark.slow
 def test_the_report_renders_offline_without_errors(browser, report_page, sample_audit):
     browser.open(report_page.as_uri())
     findings = len(sample_audit("host_sync").report.findings)  # host-sync, and graph-breaks on .item()
@@ -38,19 +39,17 @@ def test_the_report_renders_offline_without_errors(browser, report_page, sample_
     assert remote == []
 
 
+@pytest.mark.slow
 def test_a_checked_box_survives_a_reload(browser, report_page):
     browser.open(report_page.as_uri())
     assert browser.evaluate("document.querySelector('input[data-finding]').checked") is False
     browser.evaluate("document.querySelector('input[data-finding]').click()")
-    browser.settle_storage()
-    browser.reload()
-    assert browser.evaluate("document.querySelector('input[data-finding]').checked") is True
+    assert browser.reload_until("document.querySelector('input[data-finding]').checked", True)
     browser.evaluate("document.querySelector('input[data-finding]').click()")  # leave the profile clean
-    browser.settle_storage()
-    browser.reload()
-    assert browser.evaluate("document.querySelector('input[data-finding]').checked") is False
+    assert browser.reload_until("document.querySelector('input[data-finding]').checked", False)
 
 
+@pytest.mark.slow
 def test_hostile_names_stay_text_in_the_browser(browser, tmp_path):
     path = write_model(tmp_path, HOSTILE_MODEL)
     page = tmp_path / "hostile.html"
@@ -62,6 +61,7 @@ def test_hostile_names_stay_text_in_the_browser(browser, tmp_path):
     assert browser.evaluate("document.body.innerText.includes('<img src=x onerror=alert(1)>')") is True
 
 
+@pytest.mark.slow
 def test_screenshot_is_not_blank(browser, report_page):
     browser.open(report_page.as_uri())
     colours = _distinct_colours(browser.screenshot())

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from advisor.capture.graph import capture_graph
-from advisor.capture.worker import PROFILE_STEPS
+from advisor.sandbox.stages import PROFILE_STEPS
 from advisor.target import load_target
 from conftest import SAMPLES, audit, line_of, write_model
 
@@ -77,10 +77,11 @@ GPT_BLOCK = """
 """
 
 
+@pytest.mark.slow
 def test_gpt_block_that_defeats_symbolic_trace_is_captured_with_shapes_modules_and_lines(tmp_path):
     path = write_model(tmp_path, GPT_BLOCK)
     target = load_target(str(path))
-    with pytest.raises(Exception):  # the size assert is what breaks plain torch.fx tracing
+    with pytest.raises(Exception):  # noqa: B017 - the size assert is what breaks plain torch.fx tracing
         torch.fx.symbolic_trace(copy.deepcopy(target.model))
     model, inputs, _ = target.fresh()
     graph = capture_graph(model, inputs)
@@ -96,6 +97,7 @@ def test_gpt_block_that_defeats_symbolic_trace_is_captured_with_shapes_modules_a
     assert any(digraph.has_edge(p, first.id) for p in first.args)
 
 
+@pytest.mark.slow
 def test_dict_inputs_and_dict_outputs_train_end_to_end(tmp_path):
     path = write_model(tmp_path, """
         import torch
@@ -123,6 +125,7 @@ def test_dict_inputs_and_dict_outputs_train_end_to_end(tmp_path):
     assert result.evidence.graph.graph_count >= 1
 
 
+@pytest.mark.slow
 def test_capture_works_on_a_copy_so_attribute_writes_never_reach_the_users_model(tmp_path):
     path = write_model(tmp_path, """
         import torch
@@ -151,6 +154,7 @@ def test_capture_works_on_a_copy_so_attribute_writes_never_reach_the_users_model
     assert any(n.target == "relu" for n in graph.calls())
 
 
+@pytest.mark.slow
 def test_when_dynamo_captures_nothing_the_audit_goes_on_and_says_why(tmp_path):
     path = write_model(tmp_path, """
         import torch
@@ -170,6 +174,7 @@ def test_when_dynamo_captures_nothing_the_audit_goes_on_and_says_why(tmp_path):
     assert result.evidence.graph is None and "captured no graph" in result.evidence.graph_error
 
 
+@pytest.mark.slow
 def test_non_contiguous_sample_evidence(sample_audit):
     result = sample_audit("non_contiguous")
     path = SAMPLES / "non_contiguous.py"
@@ -200,6 +205,7 @@ def test_non_contiguous_sample_evidence(sample_audit):
     assert env.deterministic_algorithms is False and env.anomaly_detection is False
 
 
+@pytest.mark.slow
 def test_flags_set_by_the_model_file_are_what_the_environment_records(tmp_path):
     path = write_model(tmp_path, """
         import torch
@@ -214,6 +220,7 @@ def test_flags_set_by_the_model_file_are_what_the_environment_records(tmp_path):
     assert env.deterministic_algorithms is True and env.anomaly_detection is True
 
 
+@pytest.mark.slow
 def test_data_loader_settings_and_batch_times_are_measured(sample_audit):
     data = sample_audit("dataloader_workers").evidence.data
     assert data.loader_class == "DataLoader" and data.dataset_class == "BlurredImages"

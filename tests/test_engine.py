@@ -47,10 +47,27 @@ def test_builtin_rules_are_documented_unique_and_load_cleanly():
     for item in ruleset.rules:
         missing = [s for s in SECTIONS if s not in item.doc]
         assert not missing, f"{item.slug}: docstring lacks {missing}"
-        for name in item.thresholds:  # thresholds the docs can name must exist, and vice versa
+        for name in item.thresholds:
             assert re.fullmatch(r"[a-z_]+", name)
 
 
+THRESHOLD_WORD = re.compile(r"``((?:min|max|high|medium|loop|short)_[a-z0-9_]+)``")
+
+
+def test_docs_name_only_thresholds_that_exist_and_explain_lists_every_one():
+    from click.testing import CliRunner
+
+    from advisor.cli import cli
+
+    for item in load_rules().rules:
+        named = set(THRESHOLD_WORD.findall(item.doc))
+        assert named <= set(item.thresholds), f"{item.slug}: the docs name {named - set(item.thresholds)}"
+        shown = CliRunner().invoke(cli, ["rules", "explain", item.slug]).output
+        for name, threshold in item.thresholds.items():  # the generated part of the docs
+            assert f"  {name} = {threshold.default:g}" in shown and threshold.help in shown, (item.slug, name)
+
+
+@pytest.mark.slow
 def test_user_rule_folder_adds_rules_and_engine_fills_identity(sample_audit, tmp_path):
     ruleset = load_rules([str(_rule_dir(tmp_path, {"budget.py": USER_RULE}))])
     assert ruleset.problems == []
@@ -79,6 +96,7 @@ def test_broken_rule_files_are_reported_by_name_and_skipped(tmp_path, name, text
     assert ruleset.get("step-budget") is not None and ruleset.get("host-sync") is not None
 
 
+@pytest.mark.slow
 def test_a_rule_that_raises_is_reported_and_the_others_still_run(sample_audit, tmp_path):
     raising = USER_RULE.replace('slug="step-budget", code="USR001"', 'slug="raises", code="USR002"').replace(
         "if ev.timing", "if 1 / 0 and ev.timing")
@@ -101,6 +119,7 @@ def test_settings_are_validated():
         check_disabled(ruleset, ["nope"])
 
 
+@pytest.mark.slow
 def test_cli_rules_list_explain_disable_and_extra_folder(tmp_path):
     folder = _rule_dir(tmp_path, {"budget.py": USER_RULE})
     listing = subprocess.run([sys.executable, "-m", "advisor", "rules", "--rules", str(folder)],

@@ -65,6 +65,7 @@ def test_sarif_has_the_required_2_1_0_structure():
     assert "null" not in json.dumps(document)  # validators reject nulls where types are required
 
 
+@pytest.mark.slow
 def test_sarif_validates_against_the_official_schema(sample_audit):
     schema_path = Path(__file__).parent / ".cache" / "sarif-2.1.0.json"
     if not schema_path.exists():
@@ -88,6 +89,7 @@ def test_diff_reports_regressions_added_and_resolved():
     assert "<img" not in page and "&lt;img src=y&gt;" in page
 
 
+@pytest.mark.slow
 def test_diff_cli_exit_codes(tmp_path):
     old, new = tmp_path / "old.json", tmp_path / "new.json"
     old.write_text(_report(10.0).model_dump_json())

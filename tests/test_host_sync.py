@@ -14,6 +14,7 @@ def _host_sync(result):
     return [f for f in result.report.findings if f.slug == "host-sync"]
 
 
+@pytest.mark.slow
 def test_sample_item_and_boolean_mask_are_found_per_line_with_counts(sample_audit):
     [finding] = _host_sync(sample_audit("host_sync"))
     path = SAMPLES / "host_sync.py"
@@ -28,6 +29,7 @@ def test_sample_item_and_boolean_mask_are_found_per_line_with_counts(sample_audi
     assert "torch.where" in finding.fix.summary and "mask" in finding.fix.summary
 
 
+@pytest.mark.slow
 def test_tolist_numpy_and_bool_are_found_although_the_profiler_shows_no_op(tmp_path):
     path = write_model(tmp_path, """
         import torch
@@ -52,10 +54,12 @@ def test_tolist_numpy_and_bool_are_found_although_the_profiler_shows_no_op(tmp_p
     assert ".__bool__" in found[line_of(path, "BOOL")].note
 
 
+@pytest.mark.slow
 def test_clean_model_has_no_host_sync(sample_audit):
     assert _host_sync(sample_audit("clean_mlp")) == []
 
 
+@pytest.mark.slow
 def test_pytorch_internal_sync_in_one_hot_is_not_blamed_on_the_user(tmp_path):
     path = write_model(tmp_path, """
         import torch
@@ -75,6 +79,7 @@ def test_pytorch_internal_sync_in_one_hot_is_not_blamed_on_the_user(tmp_path):
     assert _host_sync(result) == []
 
 
+@pytest.mark.slow
 def test_thresholds_change_what_is_reported(sample_audit, tmp_path):
     result = audit(SAMPLES / "host_sync.py", tmp_path / "out", settings=("host-sync.min_per_step=5",))
     assert _host_sync(result) == []  # each line syncs 4 times per step

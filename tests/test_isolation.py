@@ -6,7 +6,9 @@ import subprocess
 import sys
 import time
 
-from advisor.capture.supervisor import OUTPUT_LIMIT
+import pytest
+
+from advisor.sandbox.supervisor import OUTPUT_LIMIT
 from conftest import audit, line_of, write_model
 
 HANG_IN_FORWARD = """
@@ -24,6 +26,7 @@ def _stage(result, name):
     return next(s for s in result.report.stages if s.stage == name)
 
 
+@pytest.mark.slow
 def test_a_hanging_step_is_stopped_at_the_timeout_and_not_run_again(tmp_path):
     path = write_model(tmp_path, HANG_IN_FORWARD)
     started = time.monotonic()
@@ -36,6 +39,7 @@ def test_a_hanging_step_is_stopped_at_the_timeout_and_not_run_again(tmp_path):
     assert result.report.environment is not None and result.exit_code("high") == 2
 
 
+@pytest.mark.slow
 def test_a_hang_on_import_is_a_load_timeout(tmp_path):
     path = write_model(tmp_path, "import time\ntime.sleep(3600)\n")
     result = audit(path, tmp_path / "out", timeout=4)
@@ -43,6 +47,7 @@ def test_a_hang_on_import_is_a_load_timeout(tmp_path):
     assert error.stage == "load" and error.kind == "timeout"
 
 
+@pytest.mark.slow
 def test_a_segfault_in_the_step_is_survived_and_named(tmp_path):
     path = write_model(tmp_path, """
         import ctypes, torch
@@ -59,6 +64,7 @@ def test_a_segfault_in_the_step_is_survived_and_named(tmp_path):
     assert _stage(result, "graph").status == "skipped"
 
 
+@pytest.mark.slow
 def test_os_abort_is_survived(tmp_path):
     path = write_model(tmp_path, """
         import os, torch
@@ -70,6 +76,7 @@ def test_os_abort_is_survived(tmp_path):
     assert error.stage == "load" and "SIGABRT" in error.message
 
 
+@pytest.mark.slow
 def test_os_exit_is_reported_with_its_code(tmp_path):
     path = write_model(tmp_path, """
         import os, torch
@@ -80,12 +87,14 @@ def test_os_exit_is_reported_with_its_code(tmp_path):
     assert error.kind == "crash" and "code 7" in error.message
 
 
+@pytest.mark.slow
 def test_sys_exit_on_import_is_a_clear_user_error(tmp_path):
     path = write_model(tmp_path, "import sys\nprint('bye')\nsys.exit(3)\n")
     [error] = audit(path, tmp_path / "out").report.errors
     assert error.kind == "user-code" and "sys.exit(3)" in error.message and error.line == 3
 
 
+@pytest.mark.slow
 def test_user_output_is_captured_truncated_and_kept_off_the_terminal(tmp_path):
     path = write_model(tmp_path, """
         import sys, torch
@@ -110,6 +119,7 @@ def test_user_output_is_captured_truncated_and_kept_off_the_terminal(tmp_path):
     assert "to stderr" in output.stderr
 
 
+@pytest.mark.slow
 def test_a_hung_loader_with_worker_processes_is_stopped(tmp_path):
     path = write_model(tmp_path, """
         import time, torch
@@ -130,6 +140,7 @@ def test_a_hung_loader_with_worker_processes_is_stopped(tmp_path):
     assert result.report.timing is not None  # earlier stages' evidence is kept
 
 
+@pytest.mark.slow
 def test_cli_prints_one_paragraph_and_no_traceback_unless_debug(tmp_path):
     path = write_model(tmp_path, """
         import torch
@@ -148,6 +159,7 @@ def test_cli_prints_one_paragraph_and_no_traceback_unless_debug(tmp_path):
     assert (tmp_path / "out" / "model.html").exists()  # the report is written even so
 
 
+@pytest.mark.slow
 def test_cli_rejects_a_missing_model_file(tmp_path):
     missing = tmp_path / "nope.py"
     completed = subprocess.run([sys.executable, "-m", "advisor", "audit", str(missing)],

@@ -17,6 +17,7 @@ def _load_error(tmp_path, source: str) -> AuditError:
     return raised.value
 
 
+@pytest.mark.slow
 def test_tensor_tuple_and_dict_inputs_are_called_as_the_protocol_says(tmp_path):
     path = write_model(tmp_path, """
         import torch
@@ -32,6 +33,7 @@ def test_tensor_tuple_and_dict_inputs_are_called_as_the_protocol_says(tmp_path):
     assert call_model(target.model, {"a": torch.ones(1), "scale": 3.0})[2] == 3.0
 
 
+@pytest.mark.slow
 def test_mode_follows_get_optimizer_and_can_be_overridden(tmp_path):
     path = write_model(tmp_path, """
         import torch
@@ -43,6 +45,7 @@ def test_mode_follows_get_optimizer_and_can_be_overridden(tmp_path):
     assert load_target(str(path), mode="inference").mode == "inference"
 
 
+@pytest.mark.slow
 def test_fresh_copies_leave_the_users_model_and_inputs_alone(tmp_path):
     path = write_model(tmp_path, """
         import torch
@@ -107,6 +110,7 @@ def test_exception_in_get_model_points_into_the_user_file(tmp_path):
     assert error.line == 3 and "get_model() raised" in error.message
 
 
+@pytest.mark.slow
 def test_failing_forward_is_reported_at_the_users_line_with_exit_code_2(tmp_path):
     path = write_model(tmp_path, """
         import torch

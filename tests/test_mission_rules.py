@@ -79,6 +79,7 @@ def test_sample_fires_exactly_its_rules_at_the_right_lines(sample_audit, sample)
             assert line_of(path, marker) in lines, f"{sample}/{slug}: no location at {marker!r} (got {lines})"
 
 
+@pytest.mark.slow
 def test_borderline_resnet_layout_copies_point_to_channels_last(sample_audit):
     ruleset = load_rules()
     lowered = parse_settings(ruleset, ["non-contiguous.min_share=0.01"])  # past the borderline, every run
@@ -92,6 +93,7 @@ def test_borderline_resnet_layout_copies_point_to_channels_last(sample_audit):
     assert "ConvolutionBackward0" in places, places
 
 
+@pytest.mark.slow
 def test_findings_carry_numbers_impact_and_fixes(sample_audit):
     for sample, slug in [("non_contiguous", "non-contiguous"), ("kernel_storm", "kernel-storm"),
                          ("missing_amp", "missing-amp"), ("dataloader_workers", "dataloader-workers")]:
@@ -103,6 +105,7 @@ def test_findings_carry_numbers_impact_and_fixes(sample_audit):
 
 # ---- non-contiguous -----------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_non_contiguous_names_the_permute_and_recommends_channels_last(sample_audit):
     [finding] = [f for f in sample_audit("non_contiguous").report.findings if f.slug == "non-contiguous"]
     path = SAMPLES / "non_contiguous.py"
@@ -113,6 +116,7 @@ def test_non_contiguous_names_the_permute_and_recommends_channels_last(sample_au
     assert finding.evidence["copy_share_of_step"] >= 0.05
 
 
+@pytest.mark.slow
 def test_non_contiguous_threshold_silences_it(sample_audit):
     ev = sample_audit("non_contiguous").evidence
     ruleset = load_rules()
@@ -122,6 +126,7 @@ def test_non_contiguous_threshold_silences_it(sample_audit):
 
 # ---- kernel-storm ---------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_kernel_storm_reports_the_loop_and_measured_overhead(sample_audit):
     [finding] = [f for f in sample_audit("kernel_storm").report.findings if f.slug == "kernel-storm"]
     assert finding.evidence["ops_per_step"] >= 200 and finding.evidence["mean_op_us"] <= 10
@@ -143,6 +148,7 @@ def test_launch_bound_gpu_trace_is_flagged_and_a_busy_gpu_is_not():
 
 # ---- missing-amp ----------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_missing_amp_is_device_aware(sample_audit):
     ev = sample_audit("missing_amp").evidence
     rules = load_rules()
@@ -160,6 +166,7 @@ def test_missing_amp_is_device_aware(sample_audit):
     assert native.severity == Severity.LOW and "measure it" in native.message
 
 
+@pytest.mark.slow
 def test_missing_amp_fp16_training_fix_uses_grad_scaler(sample_audit):
     ev = sample_audit("resnet_style").evidence
     finding = next(f for f in run_rules(load_rules(), as_device(ev, "cuda", gpu_capability=(7, 5)))[0]
@@ -167,6 +174,7 @@ def test_missing_amp_fp16_training_fix_uses_grad_scaler(sample_audit):
     assert "GradScaler" in finding.fix.after
 
 
+@pytest.mark.slow
 def test_missing_amp_stays_silent_under_autocast_and_for_sliver_matmuls(sample_audit):
     assert not [f for f in sample_audit("clean_mlp").report.findings if f.slug == "missing-amp"]  # autocast
     assert not [f for f in sample_audit("bf16_weights").report.findings if f.slug == "missing-amp"]  # bf16 params
@@ -175,6 +183,7 @@ def test_missing_amp_stays_silent_under_autocast_and_for_sliver_matmuls(sample_a
 
 # ---- data loader ----------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_dataloader_workers_states_a_concrete_value_and_why(sample_audit):
     [finding] = [f for f in sample_audit("dataloader_workers").report.findings if f.slug == "dataloader-workers"]
     ev = sample_audit("dataloader_workers").evidence
@@ -184,6 +193,7 @@ def test_dataloader_workers_states_a_concrete_value_and_why(sample_audit):
     assert finding.evidence["batch_ms"] > finding.evidence["step_ms"]
 
 
+@pytest.mark.slow
 def test_dataloader_workers_on_cuda_leaves_one_core_for_the_trainer(sample_audit):
     ev = sample_audit("dataloader_workers").evidence
     cuda = as_device(ev, "cuda", cpu_cores_available=16)
@@ -192,6 +202,7 @@ def test_dataloader_workers_on_cuda_leaves_one_core_for_the_trainer(sample_audit
     assert finding.evidence["workers_suggested"] == min(15, finding.evidence["workers_needed"])
 
 
+@pytest.mark.slow
 def test_persistent_workers_when_worker_start_up_dominates_short_epochs(tmp_path):
     path = write_model(tmp_path, """
         import torch
@@ -222,6 +233,7 @@ def test_pin_memory_on_cuda_counts_pageable_copies_from_a_recorded_trace():
     assert not [f for f in run_rules(load_rules(), pinned)[0] if f.slug == "dataloader-pin-memory"]
 
 
+@pytest.mark.slow
 def test_small_batches_on_cpu_get_no_pin_memory_advice(sample_audit):
     assert sample_audit("train_with_loader").evidence.data.batch_bytes < 2**20
     assert not [f for f in sample_audit("train_with_loader").report.findings if f.slug.startswith("dataloader")]

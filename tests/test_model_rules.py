@@ -6,18 +6,19 @@ it is ("not applicable here") and once with the device recorded as CUDA.
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from advisor.capture.graph import capture_graph
 from advisor.rule import Severity
+from advisor.rules.manual_attention import use_sdpa
+from advisor.rules.tensor_creation_in_step import fold_constants
 from advisor.target import load_target
-from advisor.verify.rewrites import fold_constants, use_sdpa
-from conftest import (SAMPLES, as_cuda, audit, check_rule, line_of, only_finding, slugs, verify_sample,
-                      write_model)
-
+from conftest import SAMPLES, as_cuda, audit, check_rule, line_of, only_finding, slugs, verify_sample, write_model
 
 # --- manual-attention -------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_hand_written_attention_is_found_and_sdpa_is_verified(sample_audit):
     finding = only_finding(sample_audit("manual_attention"), "manual-attention")
     path = SAMPLES / "manual_attention.py"
@@ -68,6 +69,7 @@ def test_a_causal_buffer_mask_becomes_is_causal():
     torch._dynamo.reset()
 
 
+@pytest.mark.slow
 def test_attention_that_never_runs_or_whose_weights_are_used_is_not_reported(tmp_path, sample_audit):
     path = write_model(tmp_path, """
         import math, torch
@@ -103,6 +105,7 @@ def test_attention_that_never_runs_or_whose_weights_are_used_is_not_reported(tmp
 
 # --- channels-last ----------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_nchw_conv_nets_get_channels_last(sample_audit):
     finding = only_finding(sample_audit("conv_bias_bn"), "channels-last")
     assert finding.evidence["nchw_conv_layers"] == 2 and finding.evidence["conv_share_of_step"] >= 0.25
@@ -110,6 +113,7 @@ def test_nchw_conv_nets_get_channels_last(sample_audit):
     assert "channels-last" not in slugs(sample_audit("conformer_conv"))  # Conv1d: no channels_last for 3-D
 
 
+@pytest.mark.slow
 def test_a_conv_net_already_in_channels_last_is_left_alone(tmp_path):
     path = write_model(tmp_path, """
         import torch
@@ -126,6 +130,7 @@ def test_a_conv_net_already_in_channels_last_is_left_alone(tmp_path):
 
 # --- redundant-copy ---------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_redundant_clones_and_no_op_contiguous(sample_audit):
     finding = only_finding(sample_audit("redundant_clones"), "redundant-copy")
     path = str(SAMPLES / "redundant_clones.py")
@@ -137,6 +142,7 @@ def test_redundant_clones_and_no_op_contiguous(sample_audit):
     assert finding.evidence["clone_share_of_step"] > 0
 
 
+@pytest.mark.slow
 def test_needed_copies_and_autocast_casts_are_not_redundant(tmp_path, sample_audit):
     path = write_model(tmp_path, """
         import torch
@@ -161,6 +167,7 @@ def test_needed_copies_and_autocast_casts_are_not_redundant(tmp_path, sample_aud
 
 # --- tensor-creation-in-step ------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_constants_rebuilt_every_step(sample_audit):
     finding = only_finding(sample_audit("constant_masks"), "tensor-creation-in-step")
     path = SAMPLES / "constant_masks.py"
@@ -170,6 +177,7 @@ def test_constants_rebuilt_every_step(sample_audit):
     assert "tensor-creation-in-step" not in slugs(sample_audit("manual_attention"))  # a registered buffer
 
 
+@pytest.mark.slow
 def test_small_constants_are_silent_on_cpu_and_reported_on_cuda(sample_audit):
     result = sample_audit("gpt_block")  # torch.arange(T) for positions: microseconds on a CPU
     assert "tensor-creation-in-step" not in slugs(result)
@@ -196,6 +204,7 @@ def test_constant_folding_rewrite_is_exact_and_leaves_random_ops():
 
 # --- moe-imbalance ----------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_skewed_router_measured_on_loader_batches(sample_audit):
     finding = only_finding(sample_audit("moe_skewed"), "moe-imbalance")
     assert finding.evidence["measured_on"] == "dataloader" and finding.evidence["forwards"] == 8
@@ -206,6 +215,7 @@ def test_skewed_router_measured_on_loader_batches(sample_audit):
     assert finding.locations[0].line == line_of(SAMPLES / "moe_skewed.py", "= expert(x[rows])")  # the dispatch
 
 
+@pytest.mark.slow
 def test_balanced_experts_and_layer_stacks_are_not_imbalanced(sample_audit):
     balanced = sample_audit("moe_layer")
     [group] = balanced.evidence.routing  # routed, measured on get_inputs()
@@ -214,6 +224,7 @@ def test_balanced_experts_and_layer_stacks_are_not_imbalanced(sample_audit):
     assert sample_audit("gpt_block").evidence.routing == []  # a ModuleList of blocks sees equal tokens
 
 
+@pytest.mark.slow
 def test_skipped_layers_and_chosen_heads_are_not_routing(tmp_path):
     from advisor.capture.routing import measure_routing
 
@@ -235,6 +246,7 @@ def test_skipped_layers_and_chosen_heads_are_not_routing(tmp_path):
     assert measure_routing(load_target(str(path))) == []
 
 
+@pytest.mark.slow
 def test_synthetic_routing_is_said_to_be_synthetic(sample_audit):
     evidence = sample_audit("moe_layer").evidence
     skewed = evidence.routing[0].model_copy(update={"tokens": [400, 30, 30, 30, 0, 0, 0, 22]})
@@ -244,6 +256,7 @@ def test_synthetic_routing_is_said_to_be_synthetic(sample_audit):
 
 # --- misaligned-dims --------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_misaligned_half_precision_matmuls_on_cudaonly_finding(sample_audit):
     result = sample_audit("misaligned_head")
     assert "misaligned-dims" not in slugs(result)  # CPU: not applicable
@@ -258,6 +271,7 @@ def test_misaligned_half_precision_matmuls_on_cudaonly_finding(sample_audit):
 
 # --- graph-breaks -----------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_graph_breaks_are_reported_with_reasons_and_lines(sample_audit):
     finding = only_finding(sample_audit("host_sync"), "graph-breaks")
     path = SAMPLES / "host_sync.py"
@@ -269,6 +283,7 @@ def test_graph_breaks_are_reported_with_reasons_and_lines(sample_audit):
         assert "graph-breaks" not in slugs(sample_audit(sample))
 
 
+@pytest.mark.slow
 def test_capture_records_devices_and_constant_arguments():
     capture = capture_graph(torch.nn.Linear(4, 4), torch.randn(2, 4))
     [linear] = [n for n in capture.nodes if n.target == "F.linear"]

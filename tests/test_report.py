@@ -7,11 +7,14 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from advisor.report.html import render_html
 from advisor.report.model import SCHEMA_VERSION, Report
 from conftest import HOSTILE_MODEL, SAMPLES, audit, line_of, write_model
 
 
+@pytest.mark.slow
 def test_json_round_trips_through_the_schema(sample_audit):
     report = sample_audit("host_sync").report
     text = report.model_dump_json()
@@ -23,6 +26,7 @@ def test_json_round_trips_through_the_schema(sample_audit):
     assert set(data) >= {"target", "environment", "timing", "graph", "trace", "findings", "errors", "stages"}
 
 
+@pytest.mark.slow
 def test_failed_audits_round_trip_with_their_errors(tmp_path):
     path = write_model(tmp_path, "import torch\ndef get_model(): raise OSError('disk')\ndef get_inputs(): return 1\n")
     report = audit(path, tmp_path / "out").report
@@ -30,6 +34,7 @@ def test_failed_audits_round_trip_with_their_errors(tmp_path):
     assert report.errors[0].message == "get_model() raised OSError: disk"
 
 
+@pytest.mark.slow
 def test_html_is_self_contained(sample_audit):
     html = render_html(sample_audit("host_sync").report)
     assert "<script src" not in html and "<link" not in html and "@import" not in html
@@ -39,6 +44,7 @@ def test_html_is_self_contained(sample_audit):
     assert f"host_sync.py:{item_line}</td>" in html  # the finding's location, pinned to the line
 
 
+@pytest.mark.slow
 def test_hostile_names_from_the_model_stay_text(tmp_path):
     path = write_model(tmp_path, HOSTILE_MODEL)
     result = audit(path, tmp_path / "out")
@@ -49,6 +55,7 @@ def test_hostile_names_from_the_model_stay_text(tmp_path):
     assert "&lt;script&gt;alert(" in html and "&lt;img src=x onerror=alert(1)&gt;" in html
 
 
+@pytest.mark.slow
 def test_exit_codes_follow_fail_on_and_formats_are_chosen(tmp_path):
     base = [sys.executable, "-m", "advisor", "audit", str(SAMPLES / "host_sync.py"), "--quiet", "--no-verify"]
     strict = subprocess.run(base + ["--out", str(tmp_path / "a"), "--fail-on", "low", "--format", "json"],
@@ -61,6 +68,7 @@ def test_exit_codes_follow_fail_on_and_formats_are_chosen(tmp_path):
     assert bad.returncode == 2 and "subset of html,json" in bad.stderr
 
 
+@pytest.mark.slow
 def test_default_fail_on_high_passes_a_cpu_audit_with_medium_findings(sample_audit):
     result = sample_audit("host_sync")
     assert result.exit_code("high") == 0 and result.exit_code("medium") == 1

@@ -10,11 +10,13 @@ from conftest import slugs, verify_sample
 HEALTHY = ("clean_mlp", "bf16_weights", "train_with_loader")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sample", HEALTHY)
 def test_healthy_samples_get_no_finding_from_any_rule(sample_audit, sample):
     assert sample_audit(sample).report.findings == []
 
 
+@pytest.mark.slow
 def test_anomaly_detection_left_on_is_high_in_training_and_its_fix_is_measured(sample_audit):
     result = sample_audit("anomaly_left_on")
     [finding] = [f for f in result.report.findings if f.slug == "anomaly-detection"]
@@ -24,6 +26,7 @@ def test_anomaly_detection_left_on_is_high_in_training_and_its_fix_is_measured(s
     assert "anomaly-detection" not in slugs(sample_audit("train_with_loader"))
 
 
+@pytest.mark.slow
 def test_a_model_left_in_training_mode_for_inference(sample_audit):
     result = sample_audit("forgot_eval")
     [finding] = [f for f in result.report.findings if f.slug == "train-mode-inference"]
@@ -35,6 +38,7 @@ def test_a_model_left_in_training_mode_for_inference(sample_audit):
         assert "train-mode-inference" not in slugs(sample_audit(sample))
 
 
+@pytest.mark.slow
 def test_conv_bias_before_batchnorm_and_the_exact_fold(sample_audit):
     result = sample_audit("conv_bias_bn")
     [finding] = [f for f in result.report.findings if f.slug == "conv-bias-before-bn"]

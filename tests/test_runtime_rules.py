@@ -7,12 +7,26 @@ tf32-disabled also on the real A100/V100/MI250 traces in ../shared.
 
 from __future__ import annotations
 
+import pytest
+
 from advisor.analyze import evidence_from_traces
 from advisor.capture.calls import static_sites
 from advisor.kineto import parse_trace
 from advisor.rule import Severity
-from conftest import (SAMPLES, as_cuda, as_device, audit, check_rule, line_of, only_finding, shared_trace, slugs,
-                      verify_fix, verify_sample, write_model)
+from conftest import (
+    SAMPLES,
+    as_cuda,
+    as_device,
+    audit,
+    check_rule,
+    line_of,
+    only_finding,
+    shared_trace,
+    slugs,
+    verify_fix,
+    verify_sample,
+    write_model,
+)
 
 ALEXNET = "critical_path/alexnet/benchmark_result_2869224_1695835535_trace.json.gz"
 
@@ -23,6 +37,7 @@ def _trace_findings(relative: str, slug: str) -> list:
 
 # --- CUDA library settings ----------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_library_flags_are_recorded_but_not_judged_on_cpu(sample_audit):
     result = sample_audit("gpu_flags")
     env = result.evidence.env
@@ -31,6 +46,7 @@ def test_library_flags_are_recorded_but_not_judged_on_cpu(sample_audit):
     assert not slugs(result) & {"deterministic-algorithms", "cudnn-benchmark", "tf32-disabled"}
 
 
+@pytest.mark.slow
 def test_the_same_settings_on_a_gpu_are_reported(sample_audit):
     evidence = as_cuda(sample_audit("gpu_flags").evidence)
     [benchmark] = check_rule("cudnn-benchmark", evidence)
@@ -63,12 +79,14 @@ def test_tf32_off_shows_in_real_a100_traces():
 
 # --- calls watched in the step ------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_gradcheck_left_in_the_step(sample_audit):
     finding = only_finding(sample_audit("gradcheck_left_in"), "debug-apis")
     assert finding.evidence["apis"] == {"torch.autograd.gradcheck": 1}
     assert [loc.line for loc in finding.locations] == [line_of(SAMPLES / "gradcheck_left_in.py", "gradcheck(")]
 
 
+@pytest.mark.slow
 def test_empty_cache_in_the_step_is_low_on_cpu_and_high_on_cuda(sample_audit):
     result = sample_audit("empty_cache_step")
     finding = only_finding(result, "empty-cache")
@@ -80,6 +98,7 @@ def test_empty_cache_in_the_step_is_low_on_cpu_and_high_on_cuda(sample_audit):
     assert verdict.status == "not-verifiable-here" and "does nothing on cpu" in verdict.note
 
 
+@pytest.mark.slow
 def test_synchronous_checkpoint_in_the_step_and_its_measured_cost(sample_audit):
     finding = only_finding(sample_audit("checkpoint_every_step"), "checkpoint-in-step")
     assert finding.evidence["saves_per_step"] == 1 and finding.evidence["save_ms_per_step"] > 0
@@ -88,6 +107,7 @@ def test_synchronous_checkpoint_in_the_step_and_its_measured_cost(sample_audit):
     assert verdict.status == "verified" and verdict.max_rel_error <= 1e-6  # the save changes no number
 
 
+@pytest.mark.slow
 def test_zero_grad_in_place_read_from_the_training_loop(sample_audit, tmp_path):
     finding = only_finding(sample_audit("zero_grad_in_place"), "zero-grad")
     assert finding.evidence["seen_in_step"] is False
@@ -105,6 +125,7 @@ def test_zero_grad_in_place_read_from_the_training_loop(sample_audit, tmp_path):
         ("zero_grad", 2, {}), ("zero_grad", 3, {"set_to_none": "True"}), ("zero_grad", 4, {"set_to_none": "False"})]
 
 
+@pytest.mark.slow
 def test_zero_grad_in_place_inside_the_step_is_measured_with_set_to_none(tmp_path):
     path = write_model(tmp_path, """
         import torch
@@ -127,12 +148,14 @@ def test_zero_grad_in_place_inside_the_step_is_measured_with_set_to_none(tmp_pat
     assert verdict.status in ("verified", "no-gain", "slower") and verdict.max_rel_error <= 1e-6
 
 
+@pytest.mark.slow
 def test_advisors_own_zero_grad_and_healthy_steps_record_no_calls(sample_audit):
     assert sample_audit("train_with_loader").evidence.calls == []  # the harness's zero_grad() is not the user's
 
 
 # --- threads, workers, wrappers, optimizers -----------------------------------------------------
 
+@pytest.mark.slow
 def test_oversubscribed_threads_and_the_measured_fix(sample_audit):
     finding = only_finding(sample_audit("oversubscribed_threads"), "cpu-threads")
     cores = finding.evidence["cores_available"]
@@ -143,6 +166,7 @@ def test_oversubscribed_threads_and_the_measured_fix(sample_audit):
         assert "cpu-threads" not in slugs(sample_audit(sample))
 
 
+@pytest.mark.slow
 def test_omp_setting_and_threads_plus_workers_on_a_recorded_environment(sample_audit):
     evidence = sample_audit("dataloader_workers").evidence  # a CPU training run with a loader
     eight = dict(cpu_cores_available=8, cpu_cores_logical=8, torch_threads=8)
@@ -159,6 +183,7 @@ def test_omp_setting_and_threads_plus_workers_on_a_recorded_environment(sample_a
     assert check_rule("cpu-threads", on_gpu) == []  # the step's work is on the GPU: workers may take the cores
 
 
+@pytest.mark.slow
 def test_more_loader_workers_than_cores(sample_audit):
     result = sample_audit("many_workers")
     finding = only_finding(result, "dataloader-too-many-workers")
@@ -169,6 +194,7 @@ def test_more_loader_workers_than_cores(sample_audit):
         assert "dataloader-too-many-workers" not in slugs(sample_audit(sample))
 
 
+@pytest.mark.slow
 def test_data_parallel_wrapper(sample_audit):
     result = sample_audit("data_parallel")
     finding = only_finding(result, "dataparallel")
@@ -177,6 +203,7 @@ def test_data_parallel_wrapper(sample_audit):
     assert multi_gpu.severity == Severity.HIGH
 
 
+@pytest.mark.slow
 def test_single_tensor_optimizer_and_the_fused_fix(sample_audit):
     finding = only_finding(sample_audit("per_tensor_adam"), "optimizer-foreach")
     assert finding.evidence["param_tensors"] == 48 and finding.evidence["suggested"] == "fused"
@@ -186,6 +213,7 @@ def test_single_tensor_optimizer_and_the_fused_fix(sample_audit):
     assert "optimizer-foreach" not in slugs(sample_audit("train_with_loader"))  # 4 tensors: nothing to batch
 
 
+@pytest.mark.slow
 def test_a_step_that_profiles_itself_is_reported_not_crashed(tmp_path):
     path = write_model(tmp_path, """
         import torch

@@ -30,6 +30,7 @@ def _finding(slug: str, **evidence) -> Finding:
     return Finding(slug=slug, message="test", evidence=evidence)
 
 
+@pytest.mark.slow
 def test_a_fix_that_helps_is_verified_with_exact_numerics(tmp_path):
     target = load_target(str(SAMPLES / "non_contiguous.py"))
     result = verify_one(target, [(_finding("non-contiguous", conv_net=True), _spec("non-contiguous"))],
@@ -39,6 +40,7 @@ def test_a_fix_that_helps_is_verified_with_exact_numerics(tmp_path):
     assert result.max_rel_error <= 1e-5 and result.compile_s is not None
 
 
+@pytest.mark.slow
 def test_a_fix_that_changes_nothing_is_not_verified():
     """The true speedup of a no-op change is 1: the interval must not call it a gain.
 
@@ -56,6 +58,7 @@ def test_a_fix_that_changes_nothing_is_not_verified():
     assert result.ci_low <= 1.0 and result.max_rel_error == 0.0
 
 
+@pytest.mark.slow
 def test_a_deliberately_wrong_fix_is_rejected_on_numerics():
     target = load_target(str(SAMPLES / "clean_mlp.py"))
 
@@ -71,6 +74,7 @@ def test_a_deliberately_wrong_fix_is_rejected_on_numerics():
     assert "more than the 0.001 allowed" in result.note
 
 
+@pytest.mark.slow
 def test_a_model_producing_nan_is_never_verified(tmp_path):
     path = write_model(tmp_path, """
         import torch
@@ -84,17 +88,24 @@ def test_a_model_producing_nan_is_never_verified(tmp_path):
         def get_inputs(): return torch.randn(8, 64)
     """)
     target = load_target(str(path))
-    result = verify_one(target, [(_finding("missing-amp"), _spec("missing-amp"))], Budget(5), lambda t: None, "t")
+    # A fix whose effect does not depend on this CPU's instruction set (bf16 autocast would be
+    # rejected first on a CPU without native bf16): a switch that changes nothing.
+    neutral = FixSpec(apply=lambda t, f: dataclasses.replace(t, step_contexts=(*t.step_contexts, contextlib.nullcontext)))
+    result = verify_one(target, [(_finding("x"), neutral)], Budget(5), lambda t: None, "t")
     assert result.status == "not-verifiable-here" and "NaN" in result.note and result.speedup is None
 
 
+@pytest.mark.slow
 def test_training_fixes_compare_loss_and_gradients(tmp_path):
     target = load_target(str(SAMPLES / "resnet_style.py"))
-    result = verify_one(target, [(_finding("missing-amp"), _spec("missing-amp"))], Budget(8), lambda t: None, "t")
-    assert result.status in ("verified", "no-gain", "slower")
-    assert 0 < result.max_rel_error <= 0.05 and "loss and gradients" in result.note
+    # channels_last reorders float sums in convolutions and their backward on any CPU
+    fix = (_finding("non-contiguous", conv_net=True), _spec("non-contiguous"))
+    result = verify_one(target, [fix], Budget(8), lambda t: None, "t")
+    assert result.status in ("verified", "no-gain", "slower"), result
+    assert result.max_rel_error <= 1e-4 and "loss and gradients" in result.note and result.samples >= 10
 
 
+@pytest.mark.slow
 def test_verification_never_touches_the_users_model_or_inputs():
     target = load_target(str(SAMPLES / "non_contiguous.py"))
     weights = {k: v.clone() for k, v in target.model.state_dict().items()}
@@ -106,6 +117,7 @@ def test_verification_never_touches_the_users_model_or_inputs():
     assert next(target.model.parameters()).is_contiguous()  # not converted to channels_last
 
 
+@pytest.mark.slow
 def test_host_sync_and_pinned_memory_on_cpu_are_expected_not_verified():
     target = load_target(str(SAMPLES / "host_sync.py"))
     sync = verify_one(target, [(_finding("host-sync"), _spec("host-sync"))], Budget(5), lambda t: None, "t")

@@ -21,8 +21,8 @@ import time
 from collections import Counter
 from typing import Any, Callable
 
-from advisor.capture.sources import user_frame_of
 from advisor.evidence import CallSite
+from advisor.sources import user_frame_of
 from advisor.target import Target
 
 PROFILERS = frozenset({"torch.profiler.profile", "torch.autograd.profiler.profile", "torch.autograd.profiler.emit_nvtx"})
@@ -55,7 +55,7 @@ def _watched() -> dict[Any, tuple[str, tuple[str, ...]]]:
 
 def watch_step_calls(target: Target) -> list[CallSite]:
     """Watched calls made from user code while one step runs, then those found in the source."""
-    from advisor.capture.step import make_step, run_user_step
+    from advisor.step import make_step, run_user_step
 
     watched = _watched()
     counts: Counter[tuple[str, str, int]] = Counter()

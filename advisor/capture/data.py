@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import statistics
 import time
 from typing import Any, Callable
 
@@ -69,8 +70,7 @@ def measure_loader(
     info.batches_measured = len(samples)
     if samples:
         info.first_batch_ms = samples[0]
-        steady = sorted(samples[1:] or samples)
-        info.batch_ms_median = steady[len(steady) // 2]
+        info.batch_ms_median = statistics.median(samples[1:] or samples)
         info.batch_ms_samples = samples
     return info
 

@@ -9,15 +9,14 @@ from __future__ import annotations
 
 import logging
 import operator
-import os
 import re
 from typing import Any
 
 import torch
 
 from advisor.evidence import GraphBreak, GraphCapture, GraphNode
+from advisor.sources import is_library_path
 
-_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 _FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>.+)')
 
 
@@ -60,7 +59,7 @@ def _nodes(index: int, graph_module: torch.fx.GraphModule) -> list[GraphNode]:
     for node in graph_module.graph.nodes:
         value = node.meta.get("example_value")
         module_path, module_type = _module(node.meta.get("nn_module_stack"))
-        file, line, code = _source(node.meta.get("stack_trace") or "")
+        file, line, code = source_of(node.meta.get("stack_trace") or "")
         entry = GraphNode(
             id=f"g{index}:{node.name}", graph=index, op=node.op, target=target_name(node.target),
             args=[f"g{index}:{arg.name}" for arg in node.all_input_nodes],
@@ -131,13 +130,13 @@ def _module(stack: dict | None) -> tuple[str, str]:
     return path, name
 
 
-def _source(stack_trace: str) -> tuple[str, int, str]:
+def source_of(stack_trace: str) -> tuple[str, int, str]:
     """Innermost frame of the node's stack trace that is not PyTorch's own code."""
     lines = stack_trace.splitlines()
     found = ("", 0, "")
     for i, text in enumerate(lines):
         match = _FRAME.search(text)
-        if not match or match.group("file").startswith(_TORCH_DIR):
+        if not match or is_library_path(match.group("file")):
             continue
         code = lines[i + 1].strip() if i + 1 < len(lines) else ""
         found = (match.group("file"), int(match.group("line")), code)
@@ -147,7 +146,7 @@ def _source(stack_trace: str) -> tuple[str, int, str]:
 def _graph_break(reason: Any) -> GraphBreak:
     text = str(getattr(reason, "reason", reason)).strip()
     summary = text.splitlines()[0] if text else "graph break"
-    frames = [f for f in getattr(reason, "user_stack", []) or [] if not f.filename.startswith(_TORCH_DIR)]
+    frames = [f for f in getattr(reason, "user_stack", []) or [] if not is_library_path(f.filename)]
     if not frames:
         return GraphBreak(reason=summary)
     frame = frames[-1]

@@ -19,8 +19,8 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_flatten, tree_map
 
-from advisor.capture.sources import user_frame
 from advisor.evidence import RoutingGroup
+from advisor.sources import user_frame
 from advisor.target import Target, call_model, call_user
 
 LOADER_BATCHES = 8  # real batches fed through the model, when the loader's batches fit

@@ -9,17 +9,13 @@ parser attributes the operators inside each span to that line.
 
 from __future__ import annotations
 
-import os
-import sys
 from typing import Any
 
 import torch
 from torch.overrides import TorchFunctionMode
 
 from advisor.kineto import SOURCE_ANNOTATION
-
-_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
-_ADVISOR_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+from advisor.sources import user_frame
 
 # Attribute reads and metadata queries run no operator; annotating them only adds noise.
 _QUIET = {
@@ -27,30 +23,6 @@ _QUIET = {
     "is_contiguous", "requires_grad", "grad_fn", "data_ptr", "element_size", "ndimension",
     "__len__", "__format__", "__repr__", "__hash__", "is_floating_point", "storage_offset",
 }
-
-
-def user_frame(depth: int = 2) -> tuple[str, int] | None:
-    """The innermost frame outside torch and advisor: the user's file and line."""
-    return user_frame_of(sys._getframe(depth))
-
-
-_STDLIB_DIR = os.path.dirname(os.__file__) + os.sep
-
-
-def user_frame_of(frame: Any) -> tuple[str, int] | None:
-    """The user's frame that made this call: outwards through torch and the standard library.
-
-    None when advisor itself made it (the harness's own ``zero_grad``).
-    """
-    while frame is not None:
-        filename = frame.f_code.co_filename
-        if filename.startswith(_ADVISOR_DIR):
-            return None
-        if not (filename.startswith(_TORCH_DIR) or filename.startswith("<")
-                or (filename.startswith(_STDLIB_DIR) and "site-packages" not in filename)):
-            return filename, frame.f_lineno
-        frame = frame.f_back
-    return None
 
 
 def api_name(func: Any) -> str:

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from jinja2 import Environment, PackageLoader, select_autoescape
 
-from advisor.report.model import Report
 from advisor.report.paths import short_path
+
+if TYPE_CHECKING:
+    from advisor.report.model import Report
 
 _ENV = Environment(
     loader=PackageLoader("advisor.report", "templates"),

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-from advisor.report.model import Report
+from typing import TYPE_CHECKING
+
 from advisor.report.paths import short_path
 from advisor.rule import Finding, Verification
+
+if TYPE_CHECKING:
+    from advisor.report.model import Report
 
 _ICONS = {"high": "🔴", "medium": "🟠", "low": "🔵", "info": "⚪"}
 

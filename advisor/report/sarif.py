@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+from typing import TYPE_CHECKING
 
-from advisor.report.model import Report
 from advisor.rule import Finding
+
+if TYPE_CHECKING:
+    from advisor.report.model import Report
 
 SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 _LEVELS = {"high": "error", "medium": "warning", "low": "note", "info": "note"}

@@ -5,9 +5,8 @@ from __future__ import annotations
 import os
 from collections import Counter, defaultdict
 
-from advisor.evidence import GraphCapture
+from advisor.evidence import Evidence, GraphCapture
 from advisor.kineto import SYNC_RUNTIME_CALLS, Trace
-from advisor.evidence import Evidence
 from advisor.opsets import LAYOUT_COPY_OPS, MATMUL_OPS
 from advisor.report.model import GraphSummary, OpShare, Performance, TimelineBar, TraceSummary
 

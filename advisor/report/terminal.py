@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
-from advisor.report.model import Report
 from advisor.report.paths import short_path
 from advisor.rule import Verification
+
+if TYPE_CHECKING:
+    from advisor.report.model import Report
 
 _COLOURS = {"high": "red", "medium": "yellow", "low": "cyan", "info": "white"}
 

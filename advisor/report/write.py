@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 from advisor.report.html import render_html
 from advisor.report.markdown import render_markdown
-from advisor.report.model import Report
 from advisor.report.sarif import render_sarif
+
+if TYPE_CHECKING:
+    from advisor.report.model import Report
 
 FORMATS = ("html", "json", "md", "sarif")
 RENDERERS = {

@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 import torch
 
-from advisor.capture.timing import timer_for
+from advisor.timing import timer_for
 
 BOOTSTRAP_RESAMPLES = 2000
 

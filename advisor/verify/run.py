@@ -8,6 +8,7 @@ of every comparison is built from ``Target.fresh()`` copies.
 
 from __future__ import annotations
 
+import statistics
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -15,12 +16,13 @@ from typing import Any, Callable
 import torch
 from torch.utils._pytree import tree_map
 
-from advisor.capture.step import make_step
 from advisor.engine import RuleSet
 from advisor.rule import Finding, FixSpec, NotVerifiable, Verification
+from advisor.step import make_step
 from advisor.target import Target, call_user
 from advisor.verify.measure import interleave, verdict
 from advisor.verify.numerics import compare, gradients_after, outputs_after
+from advisor.verify.plan import MeasuredFixes
 
 WARMUP_STEPS = 3
 MIN_PAIRS = 10
@@ -44,39 +46,36 @@ class Budget:
 def verify_all(
     target: Target,
     ruleset: RuleSet,
-    findings: list[tuple[int, Finding]],
+    findings: list[Finding],
     budget_s: float,
     progress: Callable[[str], None] = lambda text: None,
-) -> tuple[dict[int, Verification], Verification | None]:
+) -> MeasuredFixes:
+    """Measure each finding's fix (findings as planned: measurable ones, most impact first)."""
     budget = Budget(budget_s)
-    results: dict[int, Verification] = {}
+    measured = MeasuredFixes()
     applied: list[tuple[Finding, FixSpec]] = []
     device = str(target.device)
+    if not findings:
+        return measured
     step_ms = _probe_step_ms(target)
-    for index, finding in findings:
-        rule = ruleset.get(finding.slug)
-        spec = rule.fix_spec if rule is not None else None
-        if spec is None:
-            results[index] = Verification(status="not-verifiable-here", device=device,
-                                          note="no automatic fix for this rule; apply the fix by hand")
-            continue
-        needed_s = step_ms * 2 * (WARMUP_STEPS + MIN_PAIRS) / 1000 * 1.5
-        if budget.left < needed_s:
-            results[index] = Verification(status="skipped", device=device,
-                                          note=f"verification budget spent (--budget {budget_s:g} s)")
+    needed_s = step_ms * 2 * (WARMUP_STEPS + MIN_PAIRS) / 1000
+    for finding in findings:
+        spec = ruleset.get(finding.slug).fix_spec
+        if budget.left < needed_s * 1.5:
+            measured.results[finding.id] = Verification(status="skipped", device=device,
+                                                        note=f"verification budget spent (--budget {budget_s:g} s)")
             continue
         progress(f"{finding.slug}: applying the fix to a copy")
         outcome = verify_one(target, [(finding, spec)], budget, progress, label=finding.slug)
-        results[index] = outcome
+        measured.results[finding.id] = outcome
         if outcome.status == "verified":
             applied.append((finding, spec))
-    combined = None
-    if len(applied) > 1 and budget.left > step_ms * 2 * (WARMUP_STEPS + MIN_PAIRS) / 1000:
+    if len(applied) > 1 and budget.left > needed_s:
         progress("all verified fixes together")
-        combined = verify_one(target, applied, budget, progress, label="all fixes")
+        measured.combined = verify_one(target, applied, budget, progress, label="all fixes")
     elif len(applied) == 1:
-        combined = next(v for v in results.values() if v.status == "verified")
-    return results, combined
+        measured.combined = measured.results[applied[0][0].id]
+    return measured
 
 
 def _probe_step_ms(target: Target) -> float:
@@ -94,6 +93,9 @@ def verify_one(
     label: str,
 ) -> Verification:
     device = str(target.device)
+    for finding, spec in fixes:
+        if (reason := spec.unmeasurable(finding, device)) is not None:
+            return Verification(status="not-verifiable-here", device=device, note=reason)
     candidate = target
     try:
         for finding, spec in fixes:
@@ -213,8 +215,8 @@ def _measured(ab, fields: dict, note: str) -> Verification:
     return Verification(
         status=verdict((low, high)),
         speedup=round(ab.speedup, 4), ci_low=round(low, 4), ci_high=round(high, 4),
-        baseline_ms=round(sorted(ab.baseline_ms)[len(ab.baseline_ms) // 2], 4),
-        candidate_ms=round(sorted(ab.candidate_ms)[len(ab.candidate_ms) // 2], 4),
+        baseline_ms=round(statistics.median(ab.baseline_ms), 4),
+        candidate_ms=round(statistics.median(ab.candidate_ms), 4),
         samples=len(ab.baseline_ms), note=note, **fields,
     )
 

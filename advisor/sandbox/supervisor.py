@@ -19,10 +19,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from advisor.capture.worker import STAGES
 from advisor.errors import StageError
+from advisor.sandbox.stages import STAGES
 
 OUTPUT_LIMIT = 8000  # characters of the child's stdout/stderr kept for the report
+# Starting Python and importing torch is advisor's cost, not a stage's: the stage clock starts when
+# the child says it is ready. Until then it gets this long (a cold disk on a slow machine).
+STARTUP_LIMIT_S = 120.0
 
 
 @dataclass
@@ -72,7 +75,7 @@ def run_capture(
     env.setdefault("PYTHONWARNINGS", "ignore::DeprecationWarning")
     with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
         child = subprocess.Popen(
-            [sys.executable, "-m", "advisor.capture.worker", spec_path],
+            [sys.executable, "-m", "advisor.sandbox.worker", spec_path],
             stdin=subprocess.DEVNULL, stdout=out, stderr=err, pass_fds=(write_fd,), env=env,
             start_new_session=True,  # its own process group: a timeout ends loader workers too
         )
@@ -93,8 +96,9 @@ def _follow(child, read_fd, run: CaptureRun, timeout: float, progress) -> bool:
     buffer = b""
     current: str | None = None
     started = time.monotonic()
+    ready = False
     while True:
-        remaining = timeout - (time.monotonic() - started)
+        remaining = (timeout if ready else max(timeout, STARTUP_LIMIT_S)) - (time.monotonic() - started)
         if remaining <= 0:
             stage = current or "load"
             _fail_current(run, stage, StageError(
@@ -119,6 +123,8 @@ def _follow(child, read_fd, run: CaptureRun, timeout: float, progress) -> bool:
             kind, stage = message["kind"], message.get("stage")
             if kind == "exit":
                 return True
+            if kind == "ready":
+                ready, started = True, time.monotonic()
             if kind == "start":
                 current, started = stage, time.monotonic()
                 progress(f"{stage} …")

@@ -1,73 +1,61 @@
-"""The child process that runs the user's code, one stage after another.
+"""The stage table: what each stage of the supervised child runs, and the loop that runs them.
 
-Started by the supervisor as ``python -m advisor.capture.worker SPEC.json``. It reports on a
-private pipe (fd in ``ADVISOR_CONTROL_FD``), one JSON line per event: ``start``, ``progress``,
-``done`` (with the stage's result file) or ``error``. Its stdout and stderr belong to the
-user's code; the supervisor captures them.
+A stage takes the shared ``state`` (the spec, the loaded target) and returns its result as JSON
+text, ``None`` to be skipped (``state["skip_reason"]`` says why), or raises AuditError. The same
+loop serves the child process (events go over its control pipe) and the in-process Python API
+(events are recorded directly), so both run, skip and record stages alike.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import sys
 import time
 import traceback
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
+
+from advisor.errors import AuditError, StageError
 
 # calls runs before trace: a step that starts its own profiler cannot be profiled (nested Kineto
 # sessions crash the process), and the watched calls tell in advance.
 STAGES = ("load", "env", "timing", "calls", "trace", "flops", "graph", "routing", "data")
 VERIFY_STAGES = ("load", "verify")
-MODEL_STAGES = ("timing", "calls", "trace", "flops")
-PROFILE_STEPS = 5  # stages that run the whole step
+MODEL_STAGES = ("timing", "calls", "trace", "flops")  # stages that run the whole step
+PROFILE_STEPS = 5
 
 
-class Channel:
-    def __init__(self, fd: int):
-        self._out = os.fdopen(fd, "w", buffering=1, encoding="utf-8", closefd=True)
+class StageEvents(Protocol):
+    """Where the loop reports: the child's control pipe, or the in-process recorder."""
 
-    def send(self, kind: str, **data: Any) -> None:
-        self._out.write(json.dumps({"kind": kind, **data}) + "\n")
-        self._out.flush()
+    def start(self, stage: str) -> None: ...
+    def progress(self, stage: str, text: str) -> None: ...
+    def done(self, stage: str, payload: str) -> None: ...
+    def error(self, stage: str, error: StageError) -> None: ...
+    def skipped(self, stage: str, reason: str) -> None: ...
 
 
-def main(spec_path: str) -> int:
-    channel = Channel(int(os.environ["ADVISOR_CONTROL_FD"]))
-    with open(spec_path, encoding="utf-8") as handle:
-        spec = json.load(handle)
-    workdir = spec["workdir"]
-
-    state: dict[str, Any] = {"spec": spec}
+def run_stages(state: dict, stages: tuple[str, ...] | list[str], events: StageEvents) -> None:
+    """Run the stages in order; after a failed model step the later step stages are skipped."""
     step_failed = False
-    for stage in spec.get("stages", STAGES):
+    for stage in stages:
         if stage in MODEL_STAGES and step_failed:
-            channel.send("skipped", stage=stage, reason="the model step already failed in an earlier stage")
+            events.skipped(stage, "the model step already failed in an earlier stage")
             continue
         if stage != "load" and "target" not in state:
-            channel.send("skipped", stage=stage, reason="the model file did not load")
+            events.skipped(stage, "the model file did not load")
             continue
-        channel.send("start", stage=stage)
-        progress = _throttled(lambda text, s=stage: channel.send("progress", stage=s, text=text))
-        outcome, payload = run_stage(state, stage, progress)
+        events.start(stage)
+        outcome, payload = run_stage(state, stage, _throttled(lambda text, s=stage: events.progress(s, text)))
         if outcome == "error":
-            channel.send("error", stage=stage, error=payload.model_dump())
+            events.error(stage, payload)
             step_failed = step_failed or stage in MODEL_STAGES
         elif outcome == "skipped":
-            channel.send("skipped", stage=stage, reason=payload)
+            events.skipped(stage, payload)
         else:
-            path = os.path.join(workdir, f"{stage}.json")
-            with open(path, "w", encoding="utf-8") as handle:
-                handle.write(payload)
-            channel.send("done", stage=stage, result=path)
-    channel.send("exit")
-    return 0
+            events.done(stage, payload)
 
 
 def run_stage(state: dict, stage: str, progress: Callable[[str], None]) -> tuple[str, Any]:
     """Run one stage: ("ok", result JSON), ("skipped", reason) or ("error", StageError)."""
-    from advisor.errors import AuditError, StageError
-
     try:
         result = STAGE_RUNNERS[stage](state, progress)
     except AuditError as failure:
@@ -98,35 +86,11 @@ def _load(state: dict, progress: Callable[[str], None]) -> str:
     from advisor.target import load_target
 
     spec = state["spec"]
-    state["target"] = load_target(spec["model_file"], spec.get("mode", "auto"), spec.get("device", "auto"))
+    if "target" not in state:  # the Python API hands over a live target
+        state["target"] = load_target(spec["model_file"], spec.get("mode", "auto"), spec.get("device", "auto"))
+    from advisor.capture.describe import describe_target
+
     return describe_target(state["target"]).model_dump_json()
-
-
-def describe_target(target: Any) -> Any:
-    """The TargetInfo of a loaded target (its user objects are read, never changed)."""
-    from advisor.evidence import TargetInfo
-    from advisor.target import batch_size, describe_inputs
-
-    dtypes: dict[str, int] = {}
-    for parameter in target.model.parameters():
-        key = str(parameter.dtype).replace("torch.", "")
-        dtypes[key] = dtypes.get(key, 0) + parameter.numel()
-    info = TargetInfo(
-        model_file=target.path, model_class=type(target.model).__qualname__, mode=target.mode,
-        device=str(target.device), training_flag=target.model.training,
-        param_count=sum(dtypes.values()), param_dtypes=dtypes,
-        input_summary=describe_inputs(target.inputs), batch_size=batch_size(target.inputs),
-        has_dataloader=target.get_dataloader is not None,
-    )
-    for module in target.model.modules():
-        name = type(module).__qualname__
-        info.module_types[name] = info.module_types.get(name, 0) + 1
-    if target.mode == "train" and target.get_optimizer is not None:
-        _, _, optimizer = target.fresh()
-        info.optimizer = type(optimizer).__name__
-        info.optimizer_param_tensors = sum(len(group["params"]) for group in optimizer.param_groups)
-        info.optimizer_options = {k: v for k, v in optimizer.defaults.items() if isinstance(v, (bool, int, float, str, type(None)))}
-    return info
 
 
 def _env(state: dict, progress: Callable[[str], None]) -> str:
@@ -136,8 +100,8 @@ def _env(state: dict, progress: Callable[[str], None]) -> str:
 
 
 def _timing(state: dict, progress: Callable[[str], None]) -> str:
-    from advisor.capture.step import make_step, run_user_step
-    from advisor.capture.timing import time_steps
+    from advisor.step import make_step, run_user_step
+    from advisor.timing import time_steps
 
     target = state["target"]
     spec = state["spec"]
@@ -153,7 +117,7 @@ def _timing(state: dict, progress: Callable[[str], None]) -> str:
 
 def _trace(state: dict, progress: Callable[[str], None]) -> str | None:
     from advisor.capture.profile import record_trace
-    from advisor.capture.step import make_step, run_user_step
+    from advisor.step import make_step, run_user_step
 
     if state.get("step_profiles_itself"):
         state["skip_reason"] = ("the step starts its own profiler (see debug-apis); profilers cannot nest, so "
@@ -174,7 +138,7 @@ def _trace(state: dict, progress: Callable[[str], None]) -> str | None:
 
 def _flops(state: dict, progress: Callable[[str], None]) -> str:
     from advisor.capture.flops import count_flops
-    from advisor.capture.step import make_step
+    from advisor.step import make_step
     from advisor.target import call_user
 
     target = state["target"]
@@ -184,7 +148,6 @@ def _flops(state: dict, progress: Callable[[str], None]) -> str:
 
 def _graph(state: dict, progress: Callable[[str], None]) -> str:
     from advisor.capture.graph import capture_graph
-    from advisor.errors import AuditError, StageError
 
     target = state["target"]
     model, inputs, _ = target.fresh()
@@ -202,10 +165,12 @@ def _graph(state: dict, progress: Callable[[str], None]) -> str:
 
 def _calls(state: dict, progress: Callable[[str], None]) -> str:
     from advisor.capture.calls import PROFILERS, watch_step_calls
+    from advisor.capture.precision import step_autocast, watching_autocast
 
-    sites = watch_step_calls(state["target"])
+    with watching_autocast() as seen:
+        sites = watch_step_calls(state["target"])
     state["step_profiles_itself"] = any(site.runtime and site.api in PROFILERS for site in sites)
-    return json.dumps([site.model_dump() for site in sites])
+    return json.dumps({"sites": [site.model_dump() for site in sites], "autocast": step_autocast(seen)})
 
 
 def _routing(state: dict, progress: Callable[[str], None]) -> str:
@@ -216,7 +181,6 @@ def _routing(state: dict, progress: Callable[[str], None]) -> str:
 
 def _data(state: dict, progress: Callable[[str], None]) -> str | None:
     from advisor.capture.data import measure_loader
-    from advisor.errors import AuditError, StageError
     from advisor.target import call_user
 
     target = state["target"]
@@ -240,19 +204,12 @@ def _verify(state: dict, progress: Callable[[str], None]) -> str:
 
     spec = state["spec"]
     ruleset = load_rules(spec.get("rule_dirs", []))
-    findings = [(item["index"], Finding.model_validate(item["finding"])) for item in spec["verify"]]
-    results, combined = verify_all(state["target"], ruleset, findings, spec["budget_s"], progress)
-    return json.dumps({
-        "results": {str(index): outcome.model_dump() for index, outcome in results.items()},
-        "combined": combined.model_dump() if combined is not None else None,
-    })
+    findings = [Finding.model_validate(item) for item in spec["verify"]]
+    measured = verify_all(state["target"], ruleset, findings, spec["budget_s"], progress)
+    return measured.model_dump_json()
 
 
 STAGE_RUNNERS: dict[str, Callable[[dict, Callable[[str], None]], str | None]] = {
     "load": _load, "env": _env, "timing": _timing, "trace": _trace, "flops": _flops, "graph": _graph,
     "calls": _calls, "routing": _routing, "data": _data, "verify": _verify,
 }
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))

@@ -1,0 +1,104 @@
+"""One place that turns gathered evidence into a Report, for every entry point.
+
+``advisor audit`` (a model file in the supervised child), ``advisor.audit(...)`` (a live model in
+this process) and ``advisor analyze`` (recorded traces) differ only in how they gather evidence
+and, for the first two, where fixes are measured. After that they share this: the configured
+rules run once over the evidence, the report is filled from it, and verification results come
+back to their findings by id.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from advisor import __version__
+from advisor.engine import RuleConfig
+from advisor.errors import StageError
+from advisor.evidence import Evidence
+from advisor.report.model import ModelOutput, Report, RuleProblemRecord, StageRecord, VerificationSettings
+from advisor.report.summarize import summarize_graph, summarize_performance, summarize_trace
+from advisor.rule import Finding, Verification
+from advisor.verify.plan import MeasuredFixes, plan_verification
+
+# Failures of these kinds leave the audit incomplete (exit 2); "unsupported" ones are noted only.
+FAILING_KINDS = ("user-code", "timeout", "crash", "internal")
+
+
+def assemble_report(
+    evidence: Evidence,
+    rules: RuleConfig,
+    *,
+    errors: list[StageError] = (),
+    stages: list[StageRecord] = (),
+    output: ModelOutput | None = None,
+    verification: VerificationSettings | None = None,
+    run_rules: bool = True,
+) -> Report:
+    """The report of one run: findings from the configured rules, summaries of the evidence.
+
+    ``run_rules=False`` when there is nothing to judge (the model file did not load, the traces
+    did not parse): the report then carries only the errors.
+    """
+    report = Report(
+        advisor_version=__version__, target=evidence.target, errors=list(errors), stages=list(stages),
+        output=output or ModelOutput(), verification=verification or VerificationSettings(),
+        rule_problems=[RuleProblemRecord(source=p.source, message=p.message) for p in rules.ruleset.problems],
+        environment=evidence.env, timing=evidence.timing, data=evidence.data, flops=evidence.flops,
+    )
+    if run_rules:
+        report.findings, problems = rules.run(evidence)
+        report.rule_problems += [RuleProblemRecord(source=p.source, message=p.message) for p in problems]
+    report.performance = summarize_performance(evidence)
+    if evidence.trace is not None:
+        report.trace = summarize_trace(evidence.trace)
+    if evidence.graph is not None:
+        report.graph = summarize_graph(evidence.graph)
+    return report
+
+
+def failed(report: Report) -> bool:
+    """Whether the run itself failed (exit 2): a stage error of a failing kind."""
+    return any(error.kind in FAILING_KINDS for error in report.errors)
+
+
+def verification_blocker(errors: list[StageError]) -> str | None:
+    """Why fixes must not be measured after this capture, or None: never after a hang or a crash
+    (the model may do it again), nor when the step could not be timed or profiled."""
+    unsafe = [e for e in errors if e.kind in ("timeout", "crash") or e.stage in ("timing", "trace")]
+    if not unsafe:
+        return None
+    return f"not attempted: the {unsafe[0].stage} stage {unsafe[0].kind}"
+
+
+def attach_verification(report: Report, measured: MeasuredFixes) -> None:
+    """Each finding gets its measured (or decided) Verification, matched by the finding's id."""
+    by_id = {finding.id: finding for finding in report.findings}
+    for finding_id, result in measured.results.items():
+        if finding_id in by_id:
+            by_id[finding_id].verification = Verification.model_validate(result)
+    report.verification.combined = measured.combined
+
+
+def verify_findings(report: Report, rules: RuleConfig, errors: list[StageError],
+                    measure: Callable[[list[Finding]], MeasuredFixes | str]) -> None:
+    """The one verification method: plan, decide what needs no run, measure the rest.
+
+    ``measure`` runs the measurable fixes wherever the entry point runs the model (the supervised
+    child, or this process for the Python API) and returns their results, or a sentence saying
+    why it did not finish.
+    """
+    if not report.verification.enabled or not report.findings:
+        return
+    blocker = verification_blocker(errors)
+    if blocker is not None:
+        report.verification.note = blocker
+        return
+    to_measure, decided = plan_verification(report.findings, rules.ruleset, report.target.device)
+    attach_verification(report, decided)
+    if not to_measure:
+        return
+    outcome = measure(to_measure)
+    if isinstance(outcome, str):
+        report.verification.note = outcome
+    else:
+        attach_verification(report, outcome)

@@ -1,0 +1,63 @@
+"""The child process that runs the user's code, one stage after another.
+
+Started by the supervisor as ``python -m advisor.sandbox.worker SPEC.json``. It reports on a
+private pipe (fd in ``ADVISOR_CONTROL_FD``), one JSON line per event: ``start``, ``progress``,
+``done`` (with the stage's result file), ``error`` or ``skipped``, then ``exit``. Its stdout and
+stderr belong to the user's code; the supervisor captures them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any
+
+from advisor.errors import StageError
+from advisor.sandbox.stages import STAGES, run_stages
+
+
+class Channel:
+    """The stage events, as JSON lines on the control pipe; results go to files in the workdir."""
+
+    def __init__(self, fd: int, workdir: str):
+        self._out = os.fdopen(fd, "w", buffering=1, encoding="utf-8", closefd=True)
+        self._workdir = workdir
+
+    def send(self, kind: str, **data: Any) -> None:
+        self._out.write(json.dumps({"kind": kind, **data}) + "\n")
+        self._out.flush()
+
+    def start(self, stage: str) -> None:
+        self.send("start", stage=stage)
+
+    def progress(self, stage: str, text: str) -> None:
+        self.send("progress", stage=stage, text=text)
+
+    def done(self, stage: str, payload: str) -> None:
+        path = os.path.join(self._workdir, f"{stage}.json")
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write(payload)
+        self.send("done", stage=stage, result=path)
+
+    def error(self, stage: str, error: StageError) -> None:
+        self.send("error", stage=stage, error=error.model_dump())
+
+    def skipped(self, stage: str, reason: str) -> None:
+        self.send("skipped", stage=stage, reason=reason)
+
+
+def main(spec_path: str) -> int:
+    with open(spec_path, encoding="utf-8") as handle:
+        spec = json.load(handle)
+    channel = Channel(int(os.environ["ADVISOR_CONTROL_FD"]), spec["workdir"])
+    import torch  # noqa: F401 - imported before the first stage, so its clock measures the user's code only
+
+    channel.send("ready")
+    run_stages({"spec": spec}, spec.get("stages", STAGES), channel)
+    channel.send("exit")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))

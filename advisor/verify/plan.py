@@ -1,0 +1,36 @@
+"""Which findings' fixes to measure, in what order, and what is decided without running anything.
+
+Pure: reads findings and the rule set's fix declarations, runs no model. A finding whose rule has
+no fix, only advice, or a fix that needs CUDA on a CPU run, is reported as expected with the
+declared reason; the rest go to the measuring stage in order of their share of the step.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from advisor.engine import RuleSet
+from advisor.rule import Finding, Verification
+
+
+class MeasuredFixes(BaseModel):
+    """Verification results by finding id, and all verified fixes measured together."""
+
+    results: dict[str, Verification] = Field(default_factory=dict)
+    combined: Verification | None = None
+
+
+def plan_verification(findings: list[Finding], ruleset: RuleSet, device: str) -> tuple[list[Finding], MeasuredFixes]:
+    """(findings to measure, most impact first; results decided here without running)."""
+    decided = MeasuredFixes()
+    to_measure = []
+    for finding in sorted(findings, key=lambda f: -(f.impact or 0.0)):
+        rule = ruleset.get(finding.slug)
+        spec = rule.fix_spec if rule is not None else None
+        reason = spec.unmeasurable(finding, device) if spec is not None else \
+            "no automatic fix for this rule; apply the fix by hand"
+        if reason is None:
+            to_measure.append(finding)
+        else:
+            decided.results[finding.id] = Verification(status="not-verifiable-here", device=device, note=reason)
+    return to_measure, decided

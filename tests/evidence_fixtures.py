@@ -1,0 +1,88 @@
+"""Saved evidence of real audits of the bundled samples: what the fast test tier runs rules over.
+
+Each sample has ``tests/data/evidence/<sample>.evidence.json.gz`` (the Evidence, without its
+trace) and ``<sample>.trace.json.gz`` (the Kineto trace the audit recorded, without the Python
+frames that no rule reads). Paths under the repository are stored as
+``{ROOT}`` so the fixtures hold on any checkout. ``python tests/record_evidence.py`` records
+them again (after a change to capture); the rules' verdicts on them are then re-checked by the
+fast tier.
+"""
+
+from __future__ import annotations
+
+import functools
+import gzip
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from advisor.evidence import Evidence
+from advisor.kineto import SOURCE_ANNOTATION, parse_trace
+from advisor.sources import is_library_path
+
+ROOT = Path(__file__).resolve().parent.parent
+EVIDENCE_DIR = ROOT / "tests" / "data" / "evidence"
+PLACEHOLDER = "{ROOT}"
+
+
+def recorded_samples() -> list[str]:
+    return sorted(p.name[: -len(".evidence.json.gz")] for p in EVIDENCE_DIR.glob("*.evidence.json.gz"))
+
+
+@functools.lru_cache(maxsize=None)
+def saved_evidence(sample: str) -> Evidence:
+    """The evidence a real audit of ``samples/<sample>.py`` recorded (shared: copy before changing)."""
+    text = _read(EVIDENCE_DIR / f"{sample}.evidence.json.gz")
+    evidence = Evidence.model_validate_json(text)
+    trace_file = EVIDENCE_DIR / f"{sample}.trace.json.gz"
+    if trace_file.exists():
+        with tempfile.TemporaryDirectory() as scratch:
+            path = os.path.join(scratch, f"{sample}.trace.json")
+            with open(path, "w", encoding="utf-8") as handle:
+                handle.write(_read(trace_file))
+            evidence.trace = parse_trace(path)
+    return evidence
+
+
+def _read(path: Path) -> str:
+    with gzip.open(path, "rt", encoding="utf-8") as handle:
+        return handle.read().replace(PLACEHOLDER, _json_path(ROOT))
+
+
+def _json_path(path: Path) -> str:
+    return json.dumps(str(path))[1:-1]  # as the path appears inside a JSON string
+
+
+def save_evidence(sample: str, evidence: Evidence, trace_path: str | None) -> None:
+    """Write one sample's fixtures (called by tests/record_evidence.py)."""
+    EVIDENCE_DIR.mkdir(parents=True, exist_ok=True)
+    text = evidence.model_dump_json(exclude={"trace", "ranks"})
+    _write(EVIDENCE_DIR / f"{sample}.evidence.json.gz", text)
+    trace_file = EVIDENCE_DIR / f"{sample}.trace.json.gz"
+    if trace_path is None:
+        trace_file.unlink(missing_ok=True)
+        return
+    opener = gzip.open if trace_path.endswith(".gz") else open
+    with opener(trace_path, "rt", encoding="utf-8") as handle:
+        trace = json.load(handle)
+    annotated = any(str(e.get("name", "")).startswith(SOURCE_ANNOTATION) for e in trace["traceEvents"])
+    trace["traceEvents"] = [e for e in trace["traceEvents"] if not _dropped(e, annotated)]
+    _write(trace_file, json.dumps(trace, separators=(",", ":")))
+
+
+def _dropped(event: dict, annotated: bool) -> bool:
+    """Python frames no rule reads, which are most of a trace recorded with stacks: all of them
+    when advisor's source annotations attribute the ops, else those of PyTorch and Python."""
+    if event.get("cat") != "python_function":
+        return False
+    if annotated:
+        return True
+    head = str(event.get("name", "")).partition("): ")[0]
+    return is_library_path(head.rpartition("(")[0])
+
+
+def _write(path: Path, text: str) -> None:
+    text = text.replace(_json_path(ROOT), PLACEHOLDER)
+    with gzip.open(path, "wt", encoding="utf-8", compresslevel=9) as handle:
+        handle.write(text)

@@ -1,0 +1,36 @@
+"""Record the evidence fixtures of the fast test tier: a real audit of every bundled sample.
+
+    python tests/record_evidence.py [SAMPLE ...]
+
+Run it after a change to capture (not to rules: rules are what the fixtures test). Record on a
+quiet machine: the timings and profiles in the fixtures are this machine's measurements, and
+the fast tier then checks the rules' verdicts on exactly these numbers.
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from evidence_fixtures import ROOT, save_evidence  # noqa: E402
+
+from advisor.pipeline import AuditOptions, run_audit  # noqa: E402
+
+
+def record(sample: str) -> None:
+    with tempfile.TemporaryDirectory() as out:
+        result = run_audit(AuditOptions(model_file=str(ROOT / "samples" / f"{sample}.py"), out_dir=out, verify=False))
+        if result.report.errors:
+            raise SystemExit(f"{sample}: the audit failed: {[e.message for e in result.report.errors]}")
+        trace = Path(out) / f"{sample}.trace.json.gz"
+        save_evidence(sample, result.evidence, str(trace) if trace.exists() else None)
+        print(f"{sample}: {sorted(f.slug for f in result.report.findings)}", flush=True)
+
+
+if __name__ == "__main__":
+    names = sys.argv[1:] or sorted(p.stem for p in (ROOT / "samples").glob("*.py"))
+    for name in names:
+        record(name)
