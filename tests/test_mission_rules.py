@@ -4,6 +4,7 @@ other rule stays silent; then the device-aware and threshold paths of each rule.
 from __future__ import annotations
 
 import pytest
+from test_rules_on_evidence import EXPECTED
 
 from advisor.engine import load_rules, parse_settings, run_rules
 from advisor.evidence import DataLoaderInfo, Evidence, TargetInfo
@@ -11,75 +12,46 @@ from advisor.kineto import parse_trace
 from advisor.rule import Severity
 from conftest import SAMPLES, as_device, audit, line_of, shared_trace, write_model
 
-# sample -> {slug: markers of the source lines the finding must point at}
-EXPECTED: dict[str, dict[str, list[str]]] = {
-    "host_sync": {"host-sync": [".item() > 0.5", "scores.squeeze(-1) > 0.3"]},
-    "moe_layer": {"host-sync": ["torch.where(mask[index])"]},
-    "non_contiguous": {"non-contiguous": ["NCHW -> NHWC copy", "and back: another copy"]},
-    "conformer_conv": {"non-contiguous": ["(B, T, C) -> (B, C, T) copy", "and back: another copy"],
-                       "missing-amp": []},
-    "kernel_storm": {"kernel-storm": ["c = f * c + i * torch.tanh(g)", "gates = projected[:, t]"]},
-    "per_feature_heads": {"kernel-storm": ["one small op chain per feature"]},
-    "missing_amp": {"missing-amp": ["self.down(torch.relu(self.up(x)))"]},
-    "resnet_style": {"missing-amp": ["self.conv1(x)"]},
-    "gpt_block": {"missing-amp": []},
-    "dataloader_workers": {"dataloader-workers": ["def __getitem__"], "dataloader-pin-memory": ["def __getitem__"]},
-    "audio_loader": {"dataloader-workers": ["def __getitem__"], "dataloader-pin-memory": ["def __getitem__"]},
-    # samples of the wider rule pack (tests/test_rule_pack.py, test_model_rules.py, test_runtime_rules.py)
-    "conv_bias_bn": {},
-    "forgot_eval": {},
-    "anomaly_left_on": {},
-    "manual_attention": {},
-    "constant_masks": {},
-    "redundant_clones": {"missing-amp": []},
-    "moe_skewed": {"host-sync": ["nonzero(as_tuple=True)"]},
-    "oversubscribed_threads": {"missing-amp": []},
-    "many_workers": {"dataloader-workers": []},  # persistent_workers: start-up is most of an 8-batch epoch
-    "data_parallel": {},
-    "gradcheck_left_in": {"kernel-storm": ["gradcheck("], "host-sync": ["gradcheck("]},  # gradcheck's own ops
-    "empty_cache_step": {},
-    "checkpoint_every_step": {},
-    "zero_grad_in_place": {},
-    "per_tensor_adam": {"kernel-storm": []},  # the single-tensor optimizer's ops
-    "gpu_flags": {},
-    "misaligned_head": {},
-    # negatives: healthy models, a bf16 model, SDPA, a cheap in-memory loader
-    "clean_mlp": {},
-    "bf16_weights": {},
-    "train_with_loader": {},
+# Verdicts that rest on a share of a measured step near its threshold, seen to flip between
+# runs of the same unchanged code on the 2-core development machines (or under a CPU hog):
+# a live audit may report them or not. Everything else a live audit must reproduce exactly, as
+# the fast tier asserts on the saved evidence (tests/test_rules_on_evidence.py).
+# ResNet training on CPU: conv backward copies channels_last gradients back to NCHW; their
+# profiled share of the step varied from 4.5% to 22% across runs, around non-contiguous's 5%.
+# Hand-written attention: matmul copies its transposed key operand (4-6% of the step), and its
+# matmuls measured 54-75% of the step around missing-amp's 50%.
+BORDERLINE: dict[str, set[str]] = {
+    "resnet_style": {"non-contiguous", "optimizer-foreach"},
+    "manual_attention": {"non-contiguous", "missing-amp"},
+    "conformer_conv": {"non-contiguous", "missing-amp"},  # both silent in one baseline run, reported in the next
+    "constant_masks": {"tensor-creation-in-step"},  # 4-6% of a 0.7 ms step around its 5%
+    "gpt_block": {"optimizer-foreach"},
+    "redundant_clones": {"missing-amp"},
+    "oversubscribed_threads": {"missing-amp"},
+    "many_workers": {"dataloader-workers"},  # worker start-up against an 8-batch epoch
 }
-# Measured borderline cases a rule may report or not. ResNet training on CPU: conv backward
-# copies channels_last gradients back to NCHW; their profiled share of the step varied from
-# 4.5% to 22% across runs on this noisy machine, around the 5% default of non-contiguous.
-# Reporting is right (the fix was verified at 1.24x here); silence is within the threshold.
-# Hand-written attention: matmul copies its transposed key operand (4-6% of the step across runs),
-# and its matmuls measured 54-75% of the step around missing-amp's 50% (bf16 verified 1.8-3.6x when it fires).
-BORDERLINE: dict[str, set[str]] = {"resnet_style": {"non-contiguous"},
-                                   "manual_attention": {"non-contiguous", "missing-amp"}}
-MISSION = {"host-sync", "non-contiguous", "kernel-storm", "missing-amp", "dataloader-workers", "dataloader-pin-memory"}
-
-
-def test_every_sample_is_in_the_table():
-    assert {p.stem for p in SAMPLES.glob("*.py")} == set(EXPECTED)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("sample", sorted(EXPECTED))
-def test_sample_fires_exactly_its_rules_at_the_right_lines(sample_audit, sample):
+def test_a_live_audit_fires_exactly_the_expected_rules_at_the_right_lines(sample_audit, sample):
     result = sample_audit(sample)
     assert result.report.errors == [], result.report.errors
     fired = {f.slug for f in result.report.findings}
     borderline = BORDERLINE.get(sample, set())
-    assert (fired & MISSION) - borderline == set(EXPECTED[sample]), f"{sample}: fired {fired}"
+    expected = set(EXPECTED[sample])
+    assert expected - borderline <= fired, f"{sample}: fired {fired}, expected {expected}"
+    assert fired - expected - borderline == set(), f"{sample}: fired {fired}, expected {expected}"
     path = SAMPLES / f"{sample}.py"
     for slug, markers in EXPECTED[sample].items():
+        if slug not in fired:
+            continue
         lines = {loc.line for f in result.report.findings if f.slug == slug for loc in f.locations
                  if loc.file == str(path)}
         for marker in markers:
             assert line_of(path, marker) in lines, f"{sample}/{slug}: no location at {marker!r} (got {lines})"
 
 
-@pytest.mark.slow
 def test_borderline_resnet_layout_copies_point_to_channels_last(sample_audit):
     ruleset = load_rules()
     lowered = parse_settings(ruleset, ["non-contiguous.min_share=0.01"])  # past the borderline, every run
@@ -129,7 +101,7 @@ def test_non_contiguous_threshold_silences_it(sample_audit):
 @pytest.mark.slow
 def test_kernel_storm_reports_the_loop_and_measured_overhead(sample_audit):
     [finding] = [f for f in sample_audit("kernel_storm").report.findings if f.slug == "kernel-storm"]
-    assert finding.evidence["ops_per_step"] >= 200 and finding.evidence["mean_op_us"] <= 10
+    assert finding.evidence["ops_per_step"] >= 200 and finding.evidence["mean_op_in_dispatch_floors"] <= 12
     assert finding.evidence["dispatch_overhead_us"] > 0
     assert "torch.compile" in finding.fix.summary and "vectorize" in finding.fix.summary
     assert finding.locations[0].count_per_step >= 64  # the loop body line runs per time step

@@ -46,7 +46,8 @@ def capture_environment(device: torch.device) -> Environment:
         cpu_cores_logical=os.cpu_count() or 0,
         cpu_cores_available=available,
         cpu_capability=_cpu_capability(),
-        cpu_native_bf16=bool(flags & {"avx512_bf16", "amx_bf16"}),
+        # the CPU's flags and what oneDNN will really use (ONEDNN_MAX_CPU_ISA can cap it)
+        cpu_native_bf16=bool(flags & {"avx512_bf16", "amx_bf16"}) and _onednn_bf16(),
         cpu_amx=bool(flags & {"amx_bf16", "amx_tile"}),
         torch_threads=torch.get_num_threads(),
         torch_interop_threads=torch.get_num_interop_threads(),
@@ -93,3 +94,10 @@ def measure_dispatch_overhead(device: torch.device, repeats: int = 2000) -> floa
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     return statistics.median(samples)
+
+
+def _onednn_bf16() -> bool:
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return False
