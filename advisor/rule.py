@@ -195,7 +195,7 @@ class FixSpec:
         if self.expected is not None and (reason := self.expected(finding)):
             return reason
         if self.needs_cuda and not device.startswith("cuda"):
-            return f"{self.needs_cuda}; this run used {device}"
+            return f"{self.needs_cuda}; this run used {device}, not a CUDA device"
         if self.apply is None:
             return "no automatic fix for this rule; apply the fix by hand"
         return None

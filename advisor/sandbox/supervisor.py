@@ -96,9 +96,9 @@ def _follow(child, read_fd, run: CaptureRun, timeout: float, progress) -> bool:
     buffer = b""
     current: str | None = None
     started = time.monotonic()
-    ready = False
+    child_ready = False  # the child has started Python and imported torch
     while True:
-        remaining = (timeout if ready else max(timeout, STARTUP_LIMIT_S)) - (time.monotonic() - started)
+        remaining = (timeout if child_ready else max(timeout, STARTUP_LIMIT_S)) - (time.monotonic() - started)
         if remaining <= 0:
             stage = current or "load"
             _fail_current(run, stage, StageError(
@@ -124,8 +124,8 @@ def _follow(child, read_fd, run: CaptureRun, timeout: float, progress) -> bool:
             if kind == "exit":
                 return True
             if kind == "ready":
-                ready, started = True, time.monotonic()
-            if kind == "start":
+                child_ready, started = True, time.monotonic()
+            elif kind == "start":
                 current, started = stage, time.monotonic()
                 progress(f"{stage} …")
             elif kind == "progress":
