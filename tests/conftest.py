@@ -122,3 +122,14 @@ def shared_trace(relative: str) -> Path:
 
 
 os.environ.setdefault("PYTHONWARNINGS", "ignore::DeprecationWarning")
+
+
+@pytest.fixture(autouse=True)
+def _torch_threads_restored():
+    """Model files loaded in this process (verify_fix) may set torch's thread count at import
+    (oversubscribed_threads does): later in-process audits must not inherit it."""
+    import torch
+
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
