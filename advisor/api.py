@@ -29,6 +29,7 @@ def audit(
     get_optimizer: Callable[[torch.nn.Module], Any] | None = None,
     loss_fn: Callable[[Any, Any], torch.Tensor] | None = None,
     get_dataloader: Callable[[], Any] | None = None,
+    inputs_from_batch: Callable[[Any], Any] | None = None,
     mode: str = "auto",
     device: str = "auto",
     verify: bool = True,
@@ -38,15 +39,18 @@ def audit(
     disable: tuple[str, ...] = (),
     trace_dir: str | None = None,
 ) -> Report:
-    """Audit a live model on one batch of ``inputs`` (Tensor, tuple -> *args, dict -> **kwargs)."""
+    """Audit a live model on one batch of ``inputs`` (Tensor, tuple -> *args, dict -> **kwargs), or,
+    with ``get_dataloader``, on the loader's real batches (``inputs`` may then be None)."""
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"model is a {type(model).__name__}, not a torch.nn.Module")
+    if inputs is None and get_dataloader is None:
+        raise TypeError("inputs is None and there is no get_dataloader: the model has nothing to run on")
     config = RuleConfig.load(rules, settings, disable)
     if mode == "auto":
         mode = "train" if get_optimizer is not None else "inference"
     target = Target(path="<python>", module=None, model=model, inputs=inputs, mode=mode,
                     device=resolve_device(device), get_dataloader=get_dataloader,
-                    get_optimizer=get_optimizer, loss_fn=loss_fn)
+                    get_optimizer=get_optimizer, loss_fn=loss_fn, inputs_from_batch=inputs_from_batch)
     workdir = tempfile.mkdtemp(prefix="advisor-api-")
     trace_path = os.path.join(trace_dir or workdir, f"{type(model).__name__}.trace.json.gz")
     state = {"spec": {"trace_path": trace_path}, "target": target}

@@ -25,6 +25,9 @@ class TargetInfo(BaseModel):
     param_dtypes: dict[str, int] = Field(default_factory=dict, description="dtype -> parameter count")
     input_summary: list[str] = Field(default_factory=list)
     batch_size: int | None = Field(default=None, description="first dimension of the first input tensor")
+    input_source: str = Field(default="get_inputs()", description="what the step ran on: 'loader' or 'get_inputs()'")
+    input_note: str = Field(default="", description="how the step's data was chosen, when there is a loader")
+    batch_summary: str = Field(default="", description="the first loader batch the step ran on, in words")
     optimizer: str | None = None
     optimizer_options: dict[str, Any] = Field(default_factory=dict)
     has_dataloader: bool = False

@@ -1,7 +1,8 @@
 """One step of the user's workload, as advisor times and profiles it.
 
 Training: forward, loss, backward, optimizer step, zero_grad. Inference: forward under
-``torch.no_grad()`` (the model's train/eval flag is left as the user set it).
+``torch.no_grad()`` (the model's train/eval flag is left as the user set it). Each call takes
+the next (inputs, batch) pair of the feed: the loader's real batches, or ``get_inputs()``.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from typing import Any, Callable
 
 import torch
 
+from advisor.errors import AuditError
+from advisor.feed import Feed, describe
 from advisor.target import Target, call_model, call_user, default_loss
 
 
@@ -19,7 +22,7 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def make_step(target: Target, model: torch.nn.Module, inputs: Any, optimizer: Any) -> Callable[[], Any]:
+def make_step(target: Target, model: torch.nn.Module, feed: Feed, optimizer: Any) -> Callable[[], Any]:
     """A callable running one whole step on the given (copied) model, inputs and optimizer.
 
     A fix's autocast (and GradScaler), anomaly-mode and step contexts (library flags entered
@@ -41,8 +44,10 @@ def make_step(target: Target, model: torch.nn.Module, inputs: Any, optimizer: An
             stack.enter_context(context())
         return stack
 
+    data = feed.cycle()
     if target.mode == "inference":
         def inference_step() -> Any:
+            inputs, _ = next(data)
             with flags(), torch.no_grad(), anomaly(), precision():
                 return call_model(model, inputs)
         return inference_step
@@ -51,10 +56,11 @@ def make_step(target: Target, model: torch.nn.Module, inputs: Any, optimizer: An
     scaler = torch.amp.GradScaler(target.device.type) if target.grad_scaler else None
 
     def training_step() -> Any:
+        inputs, batch = next(data)
         with flags(), anomaly():  # covers the backward too
             with precision():  # forward and loss only, as the AMP recipe says
                 output = call_model(model, inputs)
-                loss = loss_fn(output, inputs) if loss_fn is not None else default_loss(output)
+                loss = loss_fn(output, batch) if loss_fn is not None else default_loss(output)
             if scaler is None:
                 loss.backward()
                 if optimizer is not None:
@@ -71,7 +77,27 @@ def make_step(target: Target, model: torch.nn.Module, inputs: Any, optimizer: An
 
 
 def run_user_step(stage: str, target: Target, step: Callable[[], Any]) -> Any:
-    """Run one step, attributing any exception to the user's line."""
-    result = call_user(stage, target.path, "the model step", step)
+    """Run one step, attributing any exception to the user's line and saying what it was given."""
+    try:
+        result = call_user(stage, target.path, "the model step", step)
+    except AuditError as failure:
+        failure.error.message += f" ({given(target)})"
+        raise
     synchronize(target.device)
     return result
+
+
+def given(target: Target) -> str:
+    """What the step was given, in words, for errors: the batch and the model's inputs."""
+    source = target.prepare_feed()
+    inputs, batch = source.pairs[0]
+    if source.source == "loader":
+        if target.inputs_from_batch is not None:
+            how = "picked by inputs_from_batch(batch)"
+        elif isinstance(batch, (tuple, list)):
+            how = "batch[0], the default"
+        else:
+            how = "the batch itself, the default"
+        return (f"the step was given the loader's first batch, {describe(batch)}; the model's inputs were "
+                f"{describe(inputs)} ({how}); loss_fn(output, batch) received the whole batch")
+    return f"the step was given get_inputs(), {describe(inputs)}, as the model's inputs and as loss_fn's batch"

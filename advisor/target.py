@@ -1,10 +1,14 @@
 """The model-file protocol: load a user's ``model.py``, validate it, hand out fresh copies.
 
     def get_model() -> torch.nn.Module                 # required
-    def get_inputs()                                   # required: Tensor, tuple (-> *args) or dict (-> **kwargs)
-    def get_dataloader()                               # optional: enables the input-pipeline rules
+    def get_inputs()                                   # the model's inputs: Tensor, tuple (-> *args) or
+                                                       # dict (-> **kwargs); required without a loader
+    def get_dataloader()                               # optional: the step runs on its real batches
+    def inputs_from_batch(batch)                       # optional: the model's inputs within a loader batch
+                                                       # (default: batch[0] of a tuple/list, else the batch)
     def get_optimizer(model) -> torch.optim.Optimizer  # optional: enables the training-step audit
-    def loss_fn(output, batch) -> torch.Tensor         # optional (default: output.float().mean())
+    def loss_fn(output, batch) -> torch.Tensor         # optional (default: output.float().mean());
+                                                       # batch is the whole loader batch, or get_inputs()
 
 Runs inside the supervised child process: everything here executes user code.
 """
@@ -13,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import importlib.util
+import itertools
 import os
 import sys
 from dataclasses import dataclass, field
@@ -20,9 +25,10 @@ from types import ModuleType
 from typing import Any, Callable
 
 import torch
-from torch.utils._pytree import tree_flatten, tree_map
+from torch.utils._pytree import tree_flatten
 
 from advisor.errors import AuditError, StageError, from_exception
+from advisor.feed import BATCHES_AHEAD, INPUTS_HOOK, Feed, FeedSource, default_inputs, describe, from_loader, on_device
 
 MODES = ("train", "inference")
 
@@ -97,6 +103,8 @@ class Target:
     get_dataloader: Callable[[], Any] | None = None
     get_optimizer: Callable[[torch.nn.Module], Any] | None = None
     loss_fn: Callable[[Any, Any], torch.Tensor] | None = None
+    inputs_from_batch: Callable[[Any], Any] | None = None
+    feed_source: FeedSource | None = None  # set by prepare_feed(): what the step runs on
     # Changes a fix may ask for; fresh() and the step apply them to copies, never to the user's objects.
     autocast_dtype: torch.dtype | None = None
     grad_scaler: bool = False
@@ -113,18 +121,42 @@ class Target:
     def compiled(self) -> bool:
         return self.compile_mode is not None or self.compile_backend is not None
 
-    def fresh(self) -> tuple[torch.nn.Module, Any, Any]:
-        """A deep copy of model and inputs on the audit device, plus its optimizer (if any)."""
+    def prepare_feed(self) -> FeedSource:
+        """Fetch the loader's batches the step will run on (once; user code, stage "load")."""
+        if self.feed_source is None:
+            self.feed_source = self._fetch_feed()
+            self.inputs = self.feed_source.pairs[0][0]
+        return self.feed_source
+
+    def _fetch_feed(self) -> FeedSource:
+        if self.get_dataloader is None:
+            return FeedSource(pairs=((self.inputs, self.inputs),), source="get_inputs()")
+        loader = call_user("load", self.path, "get_dataloader()", self.get_dataloader)
+        batches = call_user("load", self.path, "fetching the loader's first batches",
+                            lambda: list(itertools.islice(iter(loader), BATCHES_AHEAD)))
+        if not batches:
+            if self.inputs is not None:
+                return FeedSource(pairs=((self.inputs, self.inputs),), source="get_inputs()",
+                                  note="the loader yielded no batch, so the step ran on get_inputs()")
+            raise _fail("load", "get_dataloader() yielded no batch and the file defines no get_inputs(): "
+                                "there is nothing to run the model on")
+        hook = self.inputs_from_batch
+
+        def to_inputs(batch: Any) -> Any:
+            if hook is None:
+                return default_inputs(batch)
+            return call_user("load", self.path, f"{INPUTS_HOOK}(batch) on a {describe(batch)} batch", hook, batch)
+        return from_loader(batches, to_inputs, hooked=hook is not None, fallback_inputs=self.inputs)
+
+    def fresh(self) -> tuple[torch.nn.Module, Feed, Any]:
+        """A deep copy of the model and of the step's data on the audit device, plus an optimizer."""
+        source = self.prepare_feed()
         model = copy.deepcopy(self.model).to(self.device)
         for transform in self.model_transforms:
             transform(model)
-        inputs = tree_map(
-            lambda v: v.detach().clone().to(self.device) if isinstance(v, torch.Tensor) else copy.deepcopy(v),
-            self.inputs,
-        )
+        feed = on_device(source.pairs, self.device, _to_channels_last if self.channels_last else (lambda v: v))
         if self.channels_last:
             model = model.to(memory_format=torch.channels_last)
-            inputs = tree_map(_to_channels_last, inputs)
         optimizer = None
         if self.mode == "train" and self.get_optimizer is not None:
             optimizer = call_user("load", self.path, "get_optimizer(model)", self.get_optimizer, model)
@@ -137,7 +169,7 @@ class Target:
             if self.compile_backend is not None:
                 options["backend"] = self.compile_backend
             model = torch.compile(model, **options)
-        return model, inputs, optimizer
+        return model, feed, optimizer
 
     def loader(self) -> Any:
         """The user's data loader, rebuilt with ``loader_options`` when a fix set any."""
@@ -178,34 +210,50 @@ def rebuild_loader(loader: Any, **overrides: Any) -> Any:
     return DataLoader(loader.dataset, **options)
 
 
+OPTIONAL_HOOKS = ("get_inputs", "get_dataloader", INPUTS_HOOK, "get_optimizer", "loss_fn")
+
+
 def load_target(path: str, mode: str = "auto", device: str = "auto") -> Target:
     module = load_module(path)
-    missing = [name for name in ("get_model", "get_inputs") if not callable(getattr(module, name, None))]
-    if missing:
-        raise _fail("load", f"the file defines no {' and no '.join(f'{m}()' for m in missing)}; "
-                            "a model file must define get_model() and get_inputs()")
-    optional = {name: getattr(module, name, None) for name in ("get_dataloader", "get_optimizer", "loss_fn")}
+    if not callable(getattr(module, "get_model", None)):
+        raise _fail("load", "the file defines no get_model(); a model file must define get_model() and "
+                            "get_inputs() (or get_dataloader(), whose batches then feed the model)")
+    optional = {name: getattr(module, name, None) for name in OPTIONAL_HOOKS}
     for name, value in optional.items():
         if value is not None and not callable(value):
             raise _fail("load", f"{name} is defined but is not a function")
+    if optional["get_inputs"] is None and optional["get_dataloader"] is None:
+        raise _fail("load", "the file defines no get_inputs() and no get_dataloader(): define get_inputs() "
+                            "(the model's inputs) or a loader whose batches feed the model")
 
     model = call_user("load", path, "get_model()", module.get_model)
     if not isinstance(model, torch.nn.Module):
         raise _fail("load", f"get_model() returned {type(model).__name__}, not a torch.nn.Module")
-    inputs = call_user("load", path, "get_inputs()", module.get_inputs)
-    if not isinstance(inputs, (torch.Tensor, tuple, list, dict)):
-        raise _fail("load", f"get_inputs() returned {type(inputs).__name__}; expected a Tensor, "
-                            "a tuple (passed as *args) or a dict (passed as **kwargs)")
-    if isinstance(inputs, dict) and not all(isinstance(k, str) for k in inputs):
-        raise _fail("load", "get_inputs() returned a dict whose keys are not all strings")
+    inputs = None
+    if optional["get_inputs"] is not None:
+        inputs = check_inputs(call_user("load", path, "get_inputs()", optional["get_inputs"]), "get_inputs() returned")
     if mode == "auto":
         mode = "train" if optional["get_optimizer"] is not None else "inference"
     if mode not in MODES:
         raise _fail("load", f"--mode {mode!r} is not one of train, inference", "unsupported")
-    return Target(
-        path=os.path.abspath(path), module=module, model=model, inputs=inputs, mode=mode,
-        device=resolve_device(device), **optional,
-    )
+    hooks = {name: value for name, value in optional.items() if name != "get_inputs"}
+    target = Target(path=os.path.abspath(path), module=module, model=model, inputs=inputs, mode=mode,
+                    device=resolve_device(device), **hooks)
+    target.prepare_feed()
+    check_inputs(target.inputs, "the model's inputs taken from the loader's batch are"
+                 if target.feed_source.source == "loader" else "get_inputs() returned")
+    return target
+
+
+def check_inputs(inputs: Any, what: str) -> Any:
+    """``what`` names the inputs with a verb: "get_inputs() returned"."""
+    if not isinstance(inputs, (torch.Tensor, tuple, list, dict)):
+        raise _fail("load", f"{what} {type(inputs).__name__}; expected a Tensor, "
+                            f"a tuple (passed as *args) or a dict (passed as **kwargs)"
+                            + (f"; define {INPUTS_HOOK}(batch) to pick them out of a batch" if "loader" in what else ""))
+    if isinstance(inputs, dict) and not all(isinstance(k, str) for k in inputs):
+        raise _fail("load", f"{what} a dict whose keys are not all strings")
+    return inputs
 
 
 def call_model(model: torch.nn.Module, inputs: Any) -> Any:

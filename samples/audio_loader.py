@@ -45,9 +45,9 @@ def get_dataloader():
     return DataLoader(AugmentedClips(), batch_size=32, shuffle=True)
 
 
-def get_inputs():
-    clips, _ = next(iter(get_dataloader()))
-    return clips.unsqueeze(1)
+def inputs_from_batch(batch):
+    clips, _ = batch
+    return clips.unsqueeze(1)  # (batch, 1 channel, samples) for the Conv1d
 
 
 def get_optimizer(model):

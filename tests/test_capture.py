@@ -83,8 +83,8 @@ def test_gpt_block_that_defeats_symbolic_trace_is_captured_with_shapes_modules_a
     target = load_target(str(path))
     with pytest.raises(Exception):  # noqa: B017 - the size assert is what breaks plain torch.fx tracing
         torch.fx.symbolic_trace(copy.deepcopy(target.model))
-    model, inputs, _ = target.fresh()
-    graph = capture_graph(model, inputs)
+    model, feed, _ = target.fresh()
+    graph = capture_graph(model, feed.inputs)
     softmaxes = [n for n in graph.calls() if n.target == "F.softmax"]
     assert len(softmaxes) == 2
     first = softmaxes[0]
@@ -146,8 +146,8 @@ def test_capture_works_on_a_copy_so_attribute_writes_never_reach_the_users_model
     torch.fx.symbolic_trace(probe)
     assert isinstance(probe.last, torch.fx.Proxy)  # what plain fx tracing does to a model
     before = {k: v.clone() for k, v in target.model.state_dict().items()}
-    model, inputs, _ = target.fresh()
-    graph = capture_graph(model, inputs)
+    model, feed, _ = target.fresh()
+    graph = capture_graph(model, feed.inputs)
     assert target.model.last is None
     assert all(torch.equal(before[k], v) for k, v in target.model.state_dict().items())
     assert torch.equal(target.inputs, torch.ones(2, 4))

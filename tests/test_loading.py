@@ -53,10 +53,10 @@ def test_fresh_copies_leave_the_users_model_and_inputs_alone(tmp_path):
         def get_inputs(): return torch.ones(1, 2)
     """)
     target: Target = load_target(str(path))
-    model, inputs, _ = target.fresh()
+    model, feed, _ = target.fresh()
     with torch.no_grad():
         model.weight.add_(1.0)
-        inputs.add_(1.0)
+        feed.inputs.add_(1.0)
     assert not torch.equal(model.weight, target.model.weight)
     assert torch.equal(target.inputs, torch.ones(1, 2))
 
@@ -86,6 +86,8 @@ def test_exception_on_import_points_at_the_raising_line(tmp_path):
 def test_missing_protocol_functions_are_named(tmp_path):
     error = _load_error(tmp_path, "import torch\nmodel = torch.nn.Linear(2, 2)\n").error
     assert "get_model()" in error.message and "get_inputs()" in error.message
+    error = _load_error(tmp_path, "import torch\ndef get_model(): return torch.nn.Linear(2, 2)\n").error
+    assert "no get_inputs() and no get_dataloader()" in error.message
 
 
 @pytest.mark.parametrize("body, expected", [

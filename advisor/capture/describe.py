@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from advisor.evidence import TargetInfo
+from advisor.feed import describe
 from advisor.target import Target, batch_size, describe_inputs
 
 
@@ -19,6 +20,10 @@ def describe_target(target: Target) -> TargetInfo:
         input_summary=describe_inputs(target.inputs), batch_size=batch_size(target.inputs),
         has_dataloader=target.get_dataloader is not None,
     )
+    source = target.prepare_feed()
+    info.input_source, info.input_note = source.source, source.note
+    if source.source == "loader":
+        info.batch_summary = describe(source.pairs[0][1])
     for module in target.model.modules():
         name = type(module).__qualname__
         info.module_types[name] = info.module_types.get(name, 0) + 1

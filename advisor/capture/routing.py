@@ -6,24 +6,20 @@ Forward pre-hooks count the rows (all dimensions but the last) of each member's 
 input. A stack of layers sees equal counts everywhere; a group is reported only when its
 members received different counts, which is what a router does.
 
-The data loader's batches are used when they fit the model's inputs (routing depends on the
-data); otherwise ``get_inputs()``, and the evidence says so.
+The step's feed is used: the data loader's real batches when the file has a loader (routing
+depends on the data), otherwise ``get_inputs()``, and the evidence says which.
 """
 
 from __future__ import annotations
 
 import inspect
-import itertools
-from typing import Any
 
 import torch
-from torch.utils._pytree import tree_flatten, tree_map
+from torch.utils._pytree import tree_flatten
 
 from advisor.evidence import RoutingGroup
 from advisor.sources import user_frame
 from advisor.target import Target, call_model, call_user
-
-LOADER_BATCHES = 8  # real batches fed through the model, when the loader's batches fit
 
 
 def sibling_groups(model: torch.nn.Module) -> dict[str, list[torch.nn.Module]]:
@@ -41,11 +37,12 @@ def sibling_groups(model: torch.nn.Module) -> dict[str, list[torch.nn.Module]]:
 
 
 def measure_routing(target: Target) -> list[RoutingGroup]:
-    model, inputs, _ = target.fresh()
+    model, feed, _ = target.fresh()
     groups = sibling_groups(model)
     if not groups:
         return []
-    batches, source = _batches(target, inputs)
+    batches = [inputs for inputs, _ in feed.items]  # the loader's real batches when the file has one
+    source = "dataloader" if target.feed_source.source == "loader" else "synthetic"
     tokens = {path: [0] * len(members) for path, members in groups.items()}
     varied: set[str] = set()
     seen_this_forward: dict[str, dict[int, int]] = {path: {} for path in groups}
@@ -86,40 +83,6 @@ def _counter(path: str, index: int, tokens: dict[str, list[int]], seen: dict[str
         tokens[path][index] += rows
         seen[path][index] = seen[path].get(index, 0) + rows
     return count
-
-
-def _batches(target: Target, inputs: Any) -> tuple[list[Any], str]:
-    """Loader batches reshaped like ``get_inputs()`` when they fit; else the synthetic inputs."""
-    if target.get_dataloader is not None:
-        try:
-            loader = target.loader()
-            fitted = [fit for batch in itertools.islice(iter(loader), LOADER_BATCHES)
-                      if (fit := _fit(batch, inputs)) is not None]
-        except Exception:  # noqa: BLE001 - the data stage reports loader failures
-            fitted = []
-        if fitted:
-            device = target.device
-            return [tree_map(lambda v: v.to(device) if isinstance(v, torch.Tensor) else v, b) for b in fitted], \
-                "dataloader"
-    return [inputs], "synthetic"
-
-
-def _fit(batch: Any, inputs: Any) -> Any:
-    """The part of a loader batch shaped like the model inputs (features of a (features, labels) pair)."""
-    wanted = [t for t in tree_flatten(inputs)[0] if isinstance(t, torch.Tensor)]
-    have = [t for t in tree_flatten(batch)[0] if isinstance(t, torch.Tensor)]
-
-    def like(a: torch.Tensor, b: torch.Tensor) -> bool:
-        return a.dtype == b.dtype and a.dim() == b.dim() and a.shape[1:] == b.shape[1:]
-
-    if len(wanted) == 1:
-        match = next((t for t in have if like(t, wanted[0])), None)
-        if match is None:
-            return None
-        return (match,) if isinstance(inputs, (tuple, list)) else match
-    if isinstance(inputs, (tuple, list)) and len(have) >= len(wanted) and all(map(like, have, wanted)):
-        return tuple(have[:len(wanted)])
-    return None
 
 
 def _defined_at(cls: type) -> tuple[str, int]:

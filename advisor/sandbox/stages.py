@@ -88,6 +88,7 @@ def _load(state: dict, progress: Callable[[str], None]) -> str:
     spec = state["spec"]
     if "target" not in state:  # the Python API hands over a live target
         state["target"] = load_target(spec["model_file"], spec.get("mode", "auto"), spec.get("device", "auto"))
+    state["target"].prepare_feed()
     from advisor.capture.describe import describe_target
 
     return describe_target(state["target"]).model_dump_json()
@@ -150,9 +151,9 @@ def _graph(state: dict, progress: Callable[[str], None]) -> str:
     from advisor.capture.graph import capture_graph
 
     target = state["target"]
-    model, inputs, _ = target.fresh()
+    model, feed, _ = target.fresh()
     try:
-        capture = capture_graph(model, inputs)
+        capture = capture_graph(model, feed.inputs)
     except Exception as failure:  # noqa: BLE001 - Dynamo raises many types
         text = str(failure).strip().splitlines()
         raise AuditError(StageError(

@@ -17,6 +17,7 @@ import torch
 from torch.utils._pytree import tree_map
 
 from advisor.engine import RuleSet
+from advisor.feed import Feed
 from advisor.rule import Finding, FixSpec, NotVerifiable, Verification
 from advisor.step import make_step
 from advisor.target import Target, call_user
@@ -119,16 +120,16 @@ def verify_one(
 def _verify_step(target: Target, candidate: Target, tolerance: float, budget: Budget,
                  progress: Callable[[str], None], label: str) -> Verification:
     device = str(target.device)
-    base_model, base_inputs, base_opt = target.fresh()
-    cand_model, cand_inputs, cand_opt = candidate.fresh()
-    base_step = make_step(target, base_model, base_inputs, base_opt)
-    cand_step = make_step(candidate, cand_model, cand_inputs, cand_opt)
+    base_model, base_feed, base_opt = target.fresh()
+    cand_model, cand_feed, cand_opt = candidate.fresh()
+    base_step = make_step(target, base_model, base_feed, base_opt)
+    cand_step = make_step(candidate, cand_model, cand_feed, cand_opt)
     with _eager_random_in_compiled_code():
         torch.manual_seed(0)
-        base = _first_result(target, base_model, base_inputs, base_step)
+        base = _first_result(target, base_model, base_feed, base_step)
         torch.manual_seed(0)
         began = time.perf_counter()
-        cand = _first_result(candidate, cand_model, cand_inputs, cand_step)
+        cand = _first_result(candidate, cand_model, cand_feed, cand_step)
         first_call_s = time.perf_counter() - began
     comparison = compare(base, cand)
     compile_s = round(first_call_s, 3) if candidate.compiled else None
@@ -150,10 +151,11 @@ def _verify_step(target: Target, candidate: Target, tolerance: float, budget: Bu
     return _measured(ab, errors, note=_numerics_note(target, comparison))
 
 
-def _first_result(target: Target, model: torch.nn.Module, inputs: Any, step: Callable[[], Any]) -> list[torch.Tensor]:
-    """The values to compare; in training a forward + backward on the same copy the timing uses."""
+def _first_result(target: Target, model: torch.nn.Module, feed: Feed, step: Callable[[], Any]) -> list[torch.Tensor]:
+    """The values to compare, from the feed's first batch; in training a forward + backward on the
+    same copy the timing uses."""
     if target.mode == "train":
-        return gradients_after(make_step(target, model, inputs, None), model)
+        return gradients_after(make_step(target, model, feed, None), model)
     return outputs_after(step)
 
 
