@@ -118,10 +118,11 @@ class GraphCapture(BaseModel):
 
     model_config = ConfigDict(ignored_types=(cached_property,))
 
-    method: str = "dynamo"
+    method: str = Field(default="dynamo", description="'dynamo' (the whole forward) or 'dynamo-submodules'")
     graph_count: int = 0
     nodes: list[GraphNode] = Field(default_factory=list)
     breaks: list[GraphBreak] = Field(default_factory=list)
+    note: str = Field(default="", description="why the capture is partial, when it is")
 
     @cached_property
     def digraph(self) -> nx.DiGraph:
@@ -144,6 +145,9 @@ class FlopCount(BaseModel):
 
     total: int = 0
     by_op: dict[str, int] = Field(default_factory=dict)
+    method: str = Field(default="step", description="'step' (counted), 'forward x3' (a training step estimated "
+                                                    "from its forward: backward ~ 2x forward) or 'none'")
+    note: str = Field(default="", description="why the whole step could not be counted, when it could not")
 
 
 class DataLoaderInfo(BaseModel):

@@ -89,6 +89,7 @@ def _parse(path: str) -> Trace:
             trace.memcpy.append(_device_event(cat, name, ts, dur, event.get("args") or _NO_ARGS))
     trace.device_properties = list(stream.members.get("deviceProperties") or [])
     trace.distributed_info = dict(stream.members.get("distributedInfo") or {})
+    trace.repaired_lines = stream.repaired_lines
     trace.steps.sort(key=lambda s: s.ts)
     _nest_host_events(trace, host_events)
     _assign_steps(trace)

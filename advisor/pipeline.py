@@ -130,6 +130,8 @@ def build_evidence(run: CaptureRun, model_file: str) -> tuple[Evidence, list[Sta
         path = json.loads(text)["trace_path"]
         try:
             evidence.trace = parse_trace(path)
-        except TraceFormatError as broken:
-            errors.append(StageError(stage="trace", kind="internal", message=str(broken)))
+        except TraceFormatError as broken:  # the audit goes on without the trace-based rules
+            errors.append(StageError(stage="trace", kind="unsupported",
+                                     message=f"torch.profiler wrote a trace advisor cannot read ({broken}); "
+                                             "the rules that read the trace did not run"))
     return evidence, errors

@@ -90,6 +90,7 @@ class Trace:
     device_properties: list[dict] = field(default_factory=list)
     distributed_info: dict = field(default_factory=dict)
     source_annotated: bool = False
+    repaired_lines: int = 0  # names the profiler wrote with bare double quotes, repaired while parsing
     # per thread: op start times and ops, ordered by (start, longest first); parse_trace fills it
     _by_tid: dict[int, tuple[list[float], list[Op]]] | None = field(default=None, repr=False, compare=False)
     _children: dict[int, list[int]] | None = field(default=None, repr=False, compare=False)

@@ -25,6 +25,22 @@ _EVENT_BOUNDARY = re.compile(r"\}\s*,\s*(?=\{)")
 _FLOW_EVENT = re.compile(r'\{\s*"ph"\s*:\s*"[sft]"[^{}]*\}\s*,\s*')
 
 
+# torch.profiler writes names verbatim: a record_function label or a module class holding a double
+# quote comes out as "name": "say "hi"", invalid JSON. Kineto writes one member per line, so such a
+# line is repaired by escaping the quotes between the member's opening and closing quote.
+_MEMBER_LINE = re.compile(r'^(?P<head>\s*"[^"\\]*"\s*:\s*")(?P<text>.*)(?P<tail>"\s*,?\s*)$')
+_BARE_QUOTE = re.compile(r'(?<!\\)"')
+MAX_REPAIRS = 10_000
+
+
+def repair_member_line(line: str) -> str | None:
+    """The line with unescaped quotes inside its string value escaped; None when it is not such a line."""
+    match = _MEMBER_LINE.match(line)
+    if match is None or not _BARE_QUOTE.search(match.group("text")):
+        return None
+    return match.group("head") + _BARE_QUOTE.sub(r'\\"', match.group("text")) + match.group("tail")
+
+
 class EventStream:
     """Decode a Kineto JSON document one trace event at a time.
 
@@ -43,6 +59,7 @@ class EventStream:
         self._pos = 0
         self._eof = False
         self._line_base = 1
+        self.repaired_lines = 0  # names with unescaped quotes, repaired (see repair_member_line)
         opener = gzip.open if _is_gzip(path) else open
         self._handle = opener(path, "rt", encoding="utf-8")
 
@@ -99,6 +116,8 @@ class EventStream:
                 if broken.pos >= len(self._buffer) - 1 or "Unterminated" in broken.msg:
                     raise TraceFormatError(f"{self.path}: the file ends inside a value at line {self._line()}; "
                                            "it is truncated") from None
+                if self.repaired_lines < MAX_REPAIRS and self._repair(broken.pos):
+                    continue
                 line, column = self._where(broken.pos)
                 raise TraceFormatError(f"{self.path}: not valid JSON at line {line}, column {column} "
                                        f"({broken.msg})") from None
@@ -106,6 +125,18 @@ class EventStream:
                 continue  # a number may continue in the next chunk
             self._pos = end
             return value
+
+    def _repair(self, pos: int) -> bool:
+        """Repair the buffer's line holding ``pos`` when it is a member with bare quotes in its value."""
+        start = self._buffer.rfind("\n", 0, pos) + 1
+        end = self._buffer.find("\n", pos)
+        end = len(self._buffer) if end < 0 else end
+        fixed = repair_member_line(self._buffer[start:end])
+        if fixed is None:
+            return False
+        self._buffer = self._buffer[:start] + fixed + self._buffer[end:]
+        self.repaired_lines += 1
+        return True
 
     def events(self) -> Iterator[dict]:
         """Yield the trace events; the other members are in ``members`` once this is exhausted."""

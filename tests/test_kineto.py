@@ -95,3 +95,35 @@ def test_nested_self_time_and_source_annotations(tmp_path):
     assert trace.calls[0].ops == [0, 1] and trace.calls[0].step == 0
     assert add.src.file == "/m.py" and add.src.line == 3 and not add.src.exact  # function-level only
     assert mul.step is None and trace.step_ops() == [item, scalar, add]
+
+
+def _kineto_text(events: list[dict]) -> str:
+    """Events laid out as torch.profiler writes them (one member per line), names unescaped as it does."""
+    lines = ['{', '  "schemaVersion": 1,', '  "traceEvents": [']
+    for i, event in enumerate(events):
+        members = [f'    "{k}": "{v}"' if isinstance(v, str) else f'    "{k}": {json.dumps(v)}' for k, v in event.items()]
+        lines += ["  {", ",\n".join(members), "  }" + ("," if i < len(events) - 1 else "")]
+    lines += ["  ]", "}"]
+    return "\n".join(lines)
+
+
+@pytest.mark.parametrize("compress", [False, True])
+def test_names_with_bare_quotes_as_the_profiler_writes_them_are_repaired(tmp_path, compress):
+    hostile = ['nn.Module: Block "v2"_0', 'stage "encode" / part 1', 'say ""', '"']
+    events = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#0", "ts": 0, "dur": 9000, "tid": 1}]
+    events += [{"ph": "X", "cat": "cpu_op", "name": hostile[i % 4] if i % 5 == 0 else "aten::mm",
+                "ts": i, "dur": 0.5, "tid": 1, "args": {"External id": i}} for i in range(1, 4000)]
+    text = _kineto_text(events)
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(text)  # what the profiler wrote is not JSON
+    path = _write(tmp_path / ("t.json.gz" if compress else "t.json"), text.encode(), compress=compress)
+    trace = parse_trace(path)
+    names = [op.name for op in trace.ops]
+    written = [e["name"] for e in events[1:]]
+    assert names == written and trace.repaired_lines == sum(1 for n in written if '"' in n) == 799
+
+
+def test_a_line_that_is_not_a_quoted_name_is_still_an_error(tmp_path):
+    path = _write(tmp_path / "bad.json", b'{"traceEvents": [\n{"ph": "X", "name": "a"b", "ts": 1}\n]}', compress=False)
+    with pytest.raises(TraceFormatError, match="not valid JSON at line 2"):
+        parse_trace(path)

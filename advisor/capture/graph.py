@@ -22,18 +22,22 @@ _FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>.+
 
 def capture_graph(model: torch.nn.Module, inputs: Any) -> GraphCapture:
     """Trace ``model`` (a copy the caller owns) with Dynamo's explain; raise on failure."""
+    if isinstance(inputs, dict):
+        return capture_call(model, (), inputs)
+    if isinstance(inputs, (tuple, list)):
+        return capture_call(model, tuple(inputs), {})
+    return capture_call(model, (inputs,), {})
+
+
+def capture_call(model: torch.nn.Module, args: tuple, kwargs: dict[str, Any]) -> GraphCapture:
+    """Trace ``model(*args, **kwargs)``; raise when Dynamo fails or captures nothing."""
     import torch._dynamo as dynamo
 
     for name in ("torch._dynamo", "torch._inductor", "torch.fx.experimental.symbolic_shapes"):
         logging.getLogger(name).setLevel(logging.ERROR)
     dynamo.reset()
     try:
-        if isinstance(inputs, dict):
-            explained = dynamo.explain(model)(**inputs)
-        elif isinstance(inputs, (tuple, list)):
-            explained = dynamo.explain(model)(*inputs)
-        else:
-            explained = dynamo.explain(model)(inputs)
+        explained = dynamo.explain(model)(*args, **kwargs)
     finally:
         dynamo.reset()  # later stages must run the model eagerly
     if not explained.graphs and not explained.break_reasons:

@@ -35,6 +35,7 @@ class TraceSummary(BaseModel):
     memcpy_per_step: float = 0.0
     syncs_per_step: float = Field(default=0.0, description="device synchronization API calls per step")
     source_attributed: bool = Field(description="whether ops carry the user's exact source line")
+    note: str = Field(default="", description="what parsing had to repair, when anything")
     top_ops: list[OpShare] = Field(default_factory=list)
     categories: dict[str, float] = Field(default_factory=dict, description="share of top-level op time by kind")
     timeline: list[TimelineBar] = Field(default_factory=list, description="top-level ops of the first profiled step")
@@ -55,6 +56,7 @@ class Performance(BaseModel):
     peak_tflops: float | None = None
     peak_share: float | None = None
     peak_note: str = ""
+    flops_note: str = Field(default="", description="how the step's FLOPs were counted, when not directly")
 
 
 class GraphSummary(BaseModel):
@@ -63,6 +65,7 @@ class GraphSummary(BaseModel):
     node_count: int
     call_count: int
     breaks: list[GraphBreak] = Field(default_factory=list)
+    note: str = ""
     top_targets: dict[str, int] = Field(default_factory=dict)
 
 

@@ -48,6 +48,8 @@ def summarize_trace(trace: Trace) -> TraceSummary:
         syncs_per_step=sum(1 for r in trace.runtime if r.name in SYNC_RUNTIME_CALLS
                            and (r.step is not None or not trace.steps)) / steps,
         source_attributed=trace.source_annotated,
+        note=(f"{trace.repaired_lines} event name(s) held bare double quotes (invalid JSON as the profiler "
+              "wrote it); advisor repaired them while reading" if trace.repaired_lines else ""),
         top_ops=[
             OpShare(name=name, self_ms_per_step=us / steps / 1000.0, share=us / total, calls_per_step=calls[name] / steps)
             for name, us in top
@@ -63,6 +65,7 @@ def summarize_graph(graph: GraphCapture) -> GraphSummary:
         node_count=len(graph.nodes),
         call_count=len(calls),
         breaks=graph.breaks,
+        note=graph.note,
         top_targets=dict(Counter(n.target for n in calls).most_common(10)),
     )
 
@@ -104,6 +107,8 @@ def summarize_performance(ev: Evidence) -> Performance | None:
     performance = Performance(steps_per_s=round(1000.0 / step_ms, 3))
     if ev.target.batch_size:
         performance.samples_per_s = round(ev.target.batch_size * 1000.0 / step_ms, 2)
+    if ev.flops is not None and ev.flops.note:
+        performance.flops_note = ev.flops.note
     if ev.flops is not None and ev.flops.total:
         performance.achieved_tflops = round(ev.flops.total / (step_ms / 1000.0) / 1e12, 5)
         name = ev.env.device_name if ev.env is not None else ""

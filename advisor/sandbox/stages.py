@@ -138,17 +138,27 @@ def _trace(state: dict, progress: Callable[[str], None]) -> str | None:
 
 
 def _flops(state: dict, progress: Callable[[str], None]) -> str:
+    import torch
+
     from advisor.capture.flops import count_flops
     from advisor.step import make_step
-    from advisor.target import call_user
+    from advisor.target import call_model, call_user
 
     target = state["target"]
     step = make_step(target, *target.fresh())
-    return count_flops(lambda: call_user("flops", target.path, "the model step", step)).model_dump_json()
+    model, feed, _ = target.fresh()
+
+    def forward() -> None:
+        with torch.no_grad():
+            call_model(model, feed.inputs)
+    counted = count_flops(lambda: call_user("flops", target.path, "the model step", step),
+                          forward if target.mode == "train" else None)
+    return counted.model_dump_json()
 
 
 def _graph(state: dict, progress: Callable[[str], None]) -> str:
     from advisor.capture.graph import capture_graph
+    from advisor.capture.parts import capture_by_parts
 
     target = state["target"]
     model, feed, _ = target.fresh()
@@ -156,11 +166,15 @@ def _graph(state: dict, progress: Callable[[str], None]) -> str:
         capture = capture_graph(model, feed.inputs)
     except Exception as failure:  # noqa: BLE001 - Dynamo raises many types
         text = str(failure).strip().splitlines()
-        raise AuditError(StageError(
-            stage="graph", kind="unsupported",
-            message=f"TorchDynamo could not capture the model: {type(failure).__name__}: {text[0] if text else ''}",
-            detail="".join(traceback.format_exception(failure)),
-        )) from None
+        whole = f"TorchDynamo could not capture the whole model ({type(failure).__name__}: {text[0] if text else ''})"
+        progress("whole-model capture failed; capturing submodules")
+        try:
+            capture = capture_by_parts(target.fresh()[0], feed.inputs, whole)
+        except Exception as by_parts:  # noqa: BLE001
+            raise AuditError(StageError(
+                stage="graph", kind="unsupported", message=f"{whole}, nor any submodule on its own",
+                detail="".join(traceback.format_exception(failure) + traceback.format_exception(by_parts)),
+            )) from None
     return capture.model_dump_json()
 
 

@@ -8,6 +8,7 @@ of every comparison is built from ``Target.fresh()`` copies.
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import time
 from dataclasses import dataclass
@@ -110,15 +111,41 @@ def verify_one(
     tolerance = max(spec.tolerance for _, spec in fixes)
     if candidate.loader_options != target.loader_options:
         return _verify_loader(target, candidate, budget, progress, label)
+    rewrite = None
+    if candidate.compile_backend is not None:
+        rewrite = _WatchedRewrite(candidate.compile_backend)
+        candidate = dataclasses.replace(candidate, compile_backend=rewrite)
     try:
-        return _verify_step(target, candidate, tolerance, budget, progress, label)
+        return _verify_step(target, candidate, tolerance, budget, progress, label, rewrite)
     except Exception as broken:  # noqa: BLE001 - the fixed copy may not run at all
         return Verification(status="fix-failed", device=device, tolerance=tolerance,
                             note=f"the fixed copy raised {type(broken).__name__}: {str(broken).splitlines()[0] if str(broken) else ''}")
 
 
+class _WatchedRewrite:
+    """A graph-rewrite backend that records whether it changed any graph torch.compile gave it."""
+
+    def __init__(self, backend: Callable[..., Any]):
+        self.backend = backend
+        self.graphs = 0
+        self.changed = 0
+
+    def __call__(self, graph_module: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
+        before = graph_module.code
+        compiled = self.backend(graph_module, example_inputs)
+        self.graphs += 1
+        self.changed += graph_module.code != before
+        return compiled
+
+    def unapplied(self) -> str | None:
+        if self.changed:
+            return None
+        return ("torch.compile gave the fix's graph rewrite no graph to change" if not self.graphs else
+                f"the fix's graph rewrite found nothing to change in the {self.graphs} graph(s) torch.compile captured")
+
+
 def _verify_step(target: Target, candidate: Target, tolerance: float, budget: Budget,
-                 progress: Callable[[str], None], label: str) -> Verification:
+                 progress: Callable[[str], None], label: str, rewrite: _WatchedRewrite | None = None) -> Verification:
     device = str(target.device)
     base_model, base_feed, base_opt = target.fresh()
     cand_model, cand_feed, cand_opt = candidate.fresh()
@@ -131,6 +158,10 @@ def _verify_step(target: Target, candidate: Target, tolerance: float, budget: Bu
         began = time.perf_counter()
         cand = _first_result(candidate, cand_model, cand_feed, cand_step)
         first_call_s = time.perf_counter() - began
+    if rewrite is not None and (unapplied := rewrite.unapplied()) is not None:
+        return Verification(status="not-verifiable-here", device=device,
+                            note=f"{unapplied} (a forward Dynamo cannot trace, such as one under "
+                                 "torch.compiler.disable, is run as it is): the fix was not applied, so not measured")
     comparison = compare(base, cand)
     compile_s = round(first_call_s, 3) if candidate.compiled else None
     errors = dict(max_abs_error=comparison.max_abs_error, max_rel_error=comparison.max_rel_error,
