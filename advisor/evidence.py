@@ -103,6 +103,8 @@ class GraphNode(BaseModel):
     file: str = ""
     line: int = 0
     code: str = ""
+    value_kind: str = Field(default="", description="for a model buffer: 'lower-triangular' or "
+                                                    "'upper-triangular' (a causal mask) when its values are")
 
 
 class GraphBreak(BaseModel):

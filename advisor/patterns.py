@@ -12,6 +12,8 @@ from typing import Callable, Generic, Iterable, TypeVar
 N = TypeVar("N")
 
 MATMULS = frozenset({"matmul", "torch.matmul", "bmm", "torch.bmm"})
+BADDBMM = frozenset({"baddbmm", "torch.baddbmm"})  # baddbmm(bias, q, kᵀ, beta=, alpha=): scores with a scale
+EINSUM = frozenset({"torch.einsum", "einsum"})
 SOFTMAX = frozenset({"F.softmax", "torch.softmax", "softmax"})
 MULTIPLY_SCALES = frozenset({"mul", "torch.mul", "mul_"})
 DIVIDE_SCALES = frozenset({"truediv", "torch.div", "div", "div_"})
@@ -20,7 +22,7 @@ FILL_MASKS = frozenset({"masked_fill", "masked_fill_"})  # masked_fill(mask, -in
 WHERE_MASKS = frozenset({"torch.where"})  # where(keep, scores, -inf)
 ADDITIVE_MASKS = frozenset({"add", "torch.add", "add_"})  # scores + (0 / -inf)
 MASKS = FILL_MASKS | WHERE_MASKS | ADDITIVE_MASKS
-CASTS = frozenset({"float", "to", "type_as", "half", "bfloat16"})
+CASTS = frozenset({"float", "to", "type_as", "type", "half", "bfloat16"})
 DROPOUT = frozenset({"F.dropout", "dropout"})
 
 
@@ -28,15 +30,44 @@ DROPOUT = frozenset({"F.dropout", "dropout"})
 class Attention(Generic[N]):
     """``softmax(mask(scale(q @ kᵀ))) @ v`` written out by hand."""
 
-    scores: N  # q @ k.transpose(-2, -1)
+    scores: N  # q @ k.transpose(-2, -1), baddbmm(bias, q, kᵀ) or einsum("...qd,...kd->...qk", q, k)
     softmax: N
-    output: N  # weights @ v
+    output: N  # weights @ v, or einsum("...qk,...kd->...qd", weights, v)
     between: list[N] = field(default_factory=list)  # scale, mask and cast nodes, from scores to softmax
     after: list[N] = field(default_factory=list)  # cast and dropout nodes between softmax and output
 
 
+def einsum_role(equation: str) -> str | None:
+    """'scores' for q·kᵀ over the last dimension ("bhqd,bhkd->bhqk"), 'output' for weights·v
+    ("bhqk,bhkd->bhqd"); None for any other contraction."""
+    compact = equation.replace(" ", "")
+    if compact.count(",") != 1 or "->" not in compact or "." in compact:
+        return None
+    operands, result = compact.split("->")
+    a, b = operands.split(",")
+    if not (len(a) == len(b) == len(result) >= 2) or a[:-2] != b[:-2] or a[:-2] != result[:-2]:
+        return None
+    (x, y), (z, w), (r1, r2) = a[-2:], b[-2:], result[-2:]
+    if y == w and (r1, r2) == (x, z) and len({x, y, z}) == 3:
+        return "scores"
+    if y == z and (r1, r2) == (x, w) and len({x, y, w}) == 3:
+        return "output"
+    return None
+
+
 def find_attention(nodes: Iterable[N], name: Callable[[N], str], inputs: Callable[[N], list[N]],
-                   users: Callable[[N], list[N]]) -> list[Attention[N]]:
+                   users: Callable[[N], list[N]], equation: Callable[[N], str] = lambda n: "") -> list[Attention[N]]:
+    """Hand-written attention blocks; ``equation`` gives an einsum node's equation."""
+    def role(node: N) -> str | None:
+        op = name(node)
+        if op in MATMULS:
+            return "matmul"
+        if op in BADDBMM:
+            return "scores"
+        if op in EINSUM:
+            return einsum_role(equation(node) or "")
+        return None
+
     found = []
     for softmax in nodes:
         if name(softmax) not in SOFTMAX or not inputs(softmax):
@@ -47,18 +78,25 @@ def find_attention(nodes: Iterable[N], name: Callable[[N], str], inputs: Callabl
             node = _score_input(node, name, inputs)
             if node is None:
                 break
-        if node is None or name(node) not in MATMULS or len(users(node)) != 1:
+        if node is None or role(node) not in ("matmul", "scores") or len(users(node)) != 1:
             continue
         after, weights = [], softmax
         while len(users(weights)) == 1 and name(users(weights)[0]) in CASTS | DROPOUT:
             weights = users(weights)[0]
             after.append(weights)
         consumers = users(weights)
-        if len(consumers) != 1 or name(consumers[0]) not in MATMULS or inputs(consumers[0])[0] is not weights:
+        if len(consumers) != 1 or role(consumers[0]) not in ("matmul", "output") \
+                or inputs(consumers[0])[0] is not weights:
             continue  # the weights are also used elsewhere (returned, logged): not replaceable
         found.append(Attention(scores=node, softmax=softmax, output=consumers[0], between=between[::-1],
                                after=after))
     return found
+
+
+def mask_operands(node: N, name: Callable[[N], str], inputs: Callable[[N], list[N]]) -> list[N]:
+    """The inputs of a mask node other than the scores it masks (the mask, a fill value)."""
+    scores = _score_input(node, name, inputs)
+    return [i for i in inputs(node) if i is not scores]
 
 
 def _score_input(node: N, name: Callable[[N], str], inputs: Callable[[N], list[N]]) -> N | None:

@@ -1,12 +1,16 @@
 """Attention written out by hand instead of F.scaled_dot_product_attention.
 
 What it detects:
-    In the captured graph (so only code that actually runs): a matmul of queries and keys,
-    optionally scaled and masked, into ``softmax``, optionally dropout, into a matmul with
-    the values, where the attention weights are used for nothing else. Causal masks built in
-    the forward from ``tril`` / ``triu`` are recognised and mapped to ``is_causal=True`` (a
-    mask held in a buffer is passed as ``attn_mask``; it is ``is_causal=True`` when it is the
-    usual lower-triangular one).
+    In the captured graph (so only code that actually runs): a matmul of queries and keys
+    (``q @ kᵀ``, ``torch.matmul``, ``bmm``, ``baddbmm`` or an ``einsum`` such as
+    ``"bhqd,bhkd->bhqk"``), optionally scaled (multiplied or divided, by a number or a 0-d
+    tensor, before or after the matmul), masked (``masked_fill``, ``torch.where(mask, scores,
+    min_value)``, or an added float mask) and cast, into ``softmax``, optionally cast back
+    (``.type(v.dtype)``) and dropped out (``F.dropout`` or an ``nn.Dropout`` module), into a
+    matmul with the values, where the attention weights are used for nothing else — the
+    nanoGPT form and the "eager" attention functions of HF transformers alike. A mask built in
+    the forward by ``tril`` / ``triu``, or read from a buffer whose values are a triangle, is a
+    causal mask: ``is_causal=True``.
 
 Why it matters:
     The hand-written form materializes the full (batch, heads, T, T) score matrix several
@@ -43,14 +47,17 @@ from advisor.evidence import Evidence, GraphNode
 from advisor.fixing import compiled_with, finish_graph, node_name
 from advisor.patterns import (
     ADDITIVE_MASKS,
+    BADDBMM,
     CASTS,
     DIVIDE_SCALES,
     DROPOUT,
+    EINSUM,
     FILL_MASKS,
     MASKS,
     MULTIPLY_SCALES,
     WHERE_MASKS,
     find_attention,
+    mask_operands,
 )
 from advisor.rule import Finding, Fix, Layer, Location, Severity, Thresholds, rule
 from advisor.sources import site_label
@@ -59,6 +66,7 @@ if TYPE_CHECKING:
     import torch
 
 CAUSAL_BUILDERS = {"tril", "triu", "torch.tril", "torch.triu"}
+TRIANGULAR_BUFFERS = {"lower-triangular", "upper-triangular"}  # GraphNode.value_kind of a causal mask buffer
 # masked_fill / where values at or below this zero a softmax weight in float32 (exp(-1e4) == 0);
 # -inf and the common -1e9 / finfo.min stand-ins all qualify.
 MASKED_FILL_AT_MOST = -1e4
@@ -72,12 +80,13 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     graph = ev.graph
     nodes = {n.id: n for n in graph.nodes}
     digraph = graph.digraph
-    matches = find_attention(graph.calls(), name=lambda n: n.target,
-                             inputs=lambda n: [nodes[a] for a in n.args if a in nodes],
-                             users=lambda n: [nodes[s] for s in digraph.successors(n.id)])
+    inputs = lambda n: [nodes[a] for a in n.args if a in nodes]  # noqa: E731
+    matches = find_attention(graph.calls(), name=lambda n: n.target, inputs=inputs,
+                             users=lambda n: [nodes[s] for s in digraph.successors(n.id)],
+                             equation=lambda n: n.constants[0].strip("'\"") if n.constants else "")
     if not matches:
         return
-    causal = any(_causal_mask(m.between, nodes) for m in matches)
+    causal = any(_causal_mask(m.between, inputs) for m in matches)
     lines = {(n.file, n.line) for m in matches for n in (m.scores, m.softmax, m.output, *m.between, *m.after)}
     cost_us = None
     if ev.trace is not None and ev.trace.source_annotated:
@@ -110,16 +119,16 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     )
 
 
-def _causal_mask(between: list[GraphNode], nodes: dict[str, GraphNode]) -> bool:
-    """Whether a mask operand descends from tril/triu (a causal mask), within a few ops."""
+def _causal_mask(between: list[GraphNode], inputs: Callable[[GraphNode], list[GraphNode]]) -> bool:
+    """Whether a mask operand descends, within a few ops, from tril/triu or a triangular buffer."""
     for node in between:
         if node.target not in MASKS:
             continue
-        frontier = [nodes[a] for a in node.args[1:] if a in nodes]
+        frontier = mask_operands(node, lambda n: n.target, inputs)
         for _ in range(CAUSAL_SEARCH_DEPTH):
-            if any(n.target in CAUSAL_BUILDERS for n in frontier):
+            if any(n.target in CAUSAL_BUILDERS or n.value_kind in TRIANGULAR_BUFFERS for n in frontier):
                 return True
-            frontier = [nodes[a] for n in frontier for a in n.args if a in nodes]
+            frontier = [i for n in frontier for i in inputs(n)]
     return False
 
 
@@ -130,43 +139,71 @@ def fix(target, finding):
     Fused attention sums in another order (online softmax): equal to about 1e-6 relative in
     float32; 1e-4 allows for long rows.
     """
-    return compiled_with(target, use_sdpa)
+    return compiled_with(target, SdpaRewrite())
 
 
 def use_sdpa(graph_module: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
+    """The rewrite as a plain backend (one use)."""
+    return SdpaRewrite()(graph_module, example_inputs)
+
+
+class SdpaRewrite:
     """A backend replacing hand-written attention with ``F.scaled_dot_product_attention``.
 
-    Only blocks it can translate exactly are replaced: scales by constants before any mask,
-    at most one mask (``masked_fill`` with a large negative value, ``where``, or an added
-    float mask), dropout kept as ``dropout_p``. Others are left as they are. A mask whose
-    value on the example inputs is the lower triangle becomes ``is_causal=True``, which lets
-    SDPA pick its flash kernels.
+    Only blocks it can translate exactly are replaced: scales by numbers or 0-d tensors before
+    any mask, at most one mask (``masked_fill`` or ``where`` with a large negative value, or an
+    added float mask; ``baddbmm``'s bias counts as one), dropout kept as ``dropout_p``. Others
+    are left as they are, and ``describe()`` says why. A mask whose value on the example inputs
+    is the lower triangle becomes ``is_causal=True`` — what the report recommends, and what lets
+    SDPA pick its flash kernels — so the measured candidate is the recommended code.
     """
-    import torch
 
-    graph = graph_module.graph
-    matches = find_attention(list(graph.nodes), name=node_name, inputs=lambda n: n.all_input_nodes,
-                             users=lambda n: list(n.users))
-    plans = [(match, _sdpa_arguments(match)) for match in matches]
-    values = _node_values(graph_module, example_inputs) if any(p and p["mask"] is not None for _, p in plans) else {}
-    for match, plan in plans:
-        if plan is None:
-            continue
-        query, key_transposed = match.scores.args[0], match.scores.args[1]
-        causal = _is_causal(values.get(plan["mask"]), plan["invert_mask"], values.get(match.scores))
-        with graph.inserting_before(match.output):
-            key = _untransposed(graph, key_transposed)
-            mask = None if causal else plan["mask"]
-            if mask is not None and plan["invert_mask"]:
-                mask = graph.call_function(torch.logical_not, (mask,))
-            attention = graph.call_function(
-                torch.nn.functional.scaled_dot_product_attention, (query, key, match.output.args[1]),
-                {"attn_mask": mask, "dropout_p": plan["dropout_p"], "is_causal": causal, "scale": plan["scale"]})
-        match.output.replace_all_uses_with(attention)
-        for node in reversed([match.scores, *match.between, match.softmax, *match.after, match.output]):
-            if not node.users:
-                graph.erase_node(node)
-    return finish_graph(graph_module)
+    def __init__(self) -> None:
+        self.decisions: list[str] = []
+
+    def describe(self) -> str:
+        counts: dict[str, int] = {}
+        for decision in self.decisions:
+            counts[decision] = counts.get(decision, 0) + 1
+        return "; ".join(f"{n} block(s) {what}" for what, n in counts.items())
+
+    def __call__(self, graph_module: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
+        import torch
+
+        graph = graph_module.graph
+        matches = find_attention(list(graph.nodes), name=node_name, inputs=lambda n: n.all_input_nodes,
+                                 users=lambda n: list(n.users),
+                                 equation=lambda n: n.args[0] if n.args and isinstance(n.args[0], str) else "")
+        values: dict[torch.fx.Node, Any] | None = None
+
+        def value_of(node: torch.fx.Node) -> Any:
+            nonlocal values
+            if values is None:
+                values = _node_values(graph_module, example_inputs)
+            return values.get(node)
+
+        for match in matches:
+            plan = _sdpa_arguments(match, value_of)
+            if isinstance(plan, str):
+                self.decisions.append(f"left as written ({plan})")
+                continue
+            causal = plan["mask"] is not None and _is_causal(value_of(plan["mask"]), plan["invert_mask"],
+                                                              value_of(match.scores))
+            with graph.inserting_before(match.output):
+                key = plan["key"] if not plan["key_transposed"] else _untransposed(graph, plan["key"])
+                mask = None if causal else plan["mask"]
+                if mask is not None and plan["invert_mask"]:
+                    mask = graph.call_function(torch.logical_not, (mask,))
+                attention = graph.call_function(
+                    torch.nn.functional.scaled_dot_product_attention, (plan["query"], key, plan["value"]),
+                    {"attn_mask": mask, "dropout_p": plan["dropout_p"], "is_causal": causal, "scale": plan["scale"]})
+            self.decisions.append("as SDPA(is_causal=True)" if causal else
+                                  "as SDPA(attn_mask=...)" if mask is not None else "as SDPA without a mask")
+            match.output.replace_all_uses_with(attention)
+            for node in reversed([match.scores, *match.between, match.softmax, *match.after, match.output]):
+                if not node.users:
+                    graph.erase_node(node)
+        return finish_graph(graph_module)
 
 
 def _node_values(graph_module: torch.fx.GraphModule, example_inputs: list[Any]) -> dict[torch.fx.Node, Any]:
@@ -190,8 +227,8 @@ def _is_causal(mask: Any, inverted: bool, scores: Any) -> bool:
         return False
     if mask.dtype == torch.bool:
         keep = ~mask if inverted else mask
-    elif mask.is_floating_point() and not inverted and bool(((mask == 0) | (mask == float("-inf"))).all()):
-        keep = mask == 0  # an additive 0 / -inf mask
+    elif mask.is_floating_point() and not inverted and bool(((mask == 0) | (mask <= MASKED_FILL_AT_MOST)).all()):
+        keep = mask == 0  # an additive 0 / large-negative mask
     else:
         return False
     rows, cols = scores.shape[-2:]
@@ -200,39 +237,76 @@ def _is_causal(mask: Any, inverted: bool, scores: Any) -> bool:
     return torch.equal(keep.reshape(rows, cols), torch.ones(rows, cols, dtype=torch.bool, device=keep.device).tril())
 
 
-def _sdpa_arguments(match: Any) -> dict[str, Any] | None:
-    """SDPA's arguments for a matched block, from the matcher's own op families; None when a
-    node cannot be translated exactly (a scale after the mask, a second mask, a tensor scale)."""
+def _sdpa_arguments(match: Any, value_of: Callable[[Any], Any]) -> dict[str, Any] | str:
+    """SDPA's arguments for a matched block, from the matcher's own op families; a reason (text)
+    when a node cannot be translated exactly (a scale after the mask, a second mask, ...)."""
     import torch
 
+    scores, output = match.scores, match.output
     scale, mask, invert, dropout_p = 1.0, None, False, 0.0
+    if node_name(scores) in EINSUM:
+        query, key, key_transposed = scores.args[1], scores.args[2], False
+    elif node_name(scores) in BADDBMM:
+        query, key, key_transposed = scores.args[1], scores.args[2], True
+        beta, alpha = scores.kwargs.get("beta", 1), scores.kwargs.get("alpha", 1)
+        scale = _number(alpha, value_of)
+        if scale is None:
+            return "baddbmm with a tensor alpha"
+        if beta == 1:
+            mask = scores.args[0]  # an added bias: an additive float mask
+        elif beta != 0:
+            return f"baddbmm with beta={beta}"
+    else:
+        query, key, key_transposed = scores.args[0], scores.args[1], True
+    value = output.args[2] if node_name(output) in EINSUM else output.args[1]
+    previous = scores
     for node in match.between:
-        name = node_name(node)
-        constants = [a for a in node.args[1:] if not isinstance(a, torch.fx.Node)]
-        if name in MULTIPLY_SCALES and len(constants) == 1 and mask is None:
-            scale *= float(constants[0])
-        elif name in DIVIDE_SCALES and len(constants) == 1 and mask is None:
-            scale /= float(constants[0])
-        elif name in FILL_MASKS and mask is None and len(node.args) == 3 and _large_negative(node.args[2]):
+        name, carried, previous = node_name(node), previous, node
+        others = [a for a in node.args if a is not carried]
+        if name in MULTIPLY_SCALES | DIVIDE_SCALES:
+            factor = _number(others[0], value_of) if len(others) == 1 and len(node.args) == 2 else None
+            if name in DIVIDE_SCALES and node.args[0] is not carried:
+                factor = None  # c / scores is no scale
+            if factor is None or mask is not None:
+                return "a scale after the mask" if mask is not None else "a scale that is not a number"
+            scale = scale * factor if name in MULTIPLY_SCALES else scale / factor
+        elif name in FILL_MASKS and mask is None and len(node.args) == 3 and _large_negative(node.args[2], value_of):
             mask, invert = node.args[1], True
-        elif name in WHERE_MASKS and mask is None and len(node.args) == 3 and _large_negative(node.args[2]):
+        elif name in WHERE_MASKS and mask is None and len(node.args) == 3 and _large_negative(node.args[2], value_of):
             mask = node.args[0]
-        elif name in ADDITIVE_MASKS and mask is None and isinstance(node.args[1], torch.fx.Node):
-            mask = node.args[1]
+        elif name in ADDITIVE_MASKS and mask is None and len(others) == 1 and isinstance(others[0], torch.fx.Node):
+            mask = others[0]
         elif name in CASTS:
             continue
         else:
-            return None
+            return "a second mask" if name in MASKS else f"{name} between the scores and the softmax"
     for node in match.after:
         if node_name(node) in DROPOUT:
             p, training = (list(node.args[1:3]) + [node.kwargs.get("p", 0.5), node.kwargs.get("training", True)])[:2]
             dropout_p = float(p) if training else 0.0
-    return {"scale": scale, "mask": mask, "invert_mask": invert, "dropout_p": dropout_p}
+    return {"scale": scale, "mask": mask, "invert_mask": invert, "dropout_p": dropout_p,
+            "query": query, "key": key, "key_transposed": key_transposed, "value": value}
 
 
-def _large_negative(value: Any) -> bool:
-    """A fill value that zeroes a softmax weight (-inf, or a finite stand-in such as -1e9)."""
-    return isinstance(value, (int, float)) and value <= MASKED_FILL_AT_MOST
+def _number(value: Any, value_of: Callable[[Any], Any]) -> float | None:
+    """A plain number, or the value of a node holding a one-element tensor (``torch.full([], c)``)."""
+    import torch
+
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, torch.fx.Node):
+        held = value_of(value)
+        if isinstance(held, torch.Tensor) and held.numel() == 1:
+            return float(held.item())
+        if isinstance(held, (int, float)):
+            return float(held)
+    return None
+
+
+def _large_negative(value: Any, value_of: Callable[[Any], Any]) -> bool:
+    """A fill value that zeroes a softmax weight (-inf, finfo.min, or a stand-in such as -1e9)."""
+    number = _number(value, value_of)
+    return number is not None and number <= MASKED_FILL_AT_MOST
 
 
 def _untransposed(graph: torch.fx.Graph, key_transposed: torch.fx.Node) -> torch.fx.Node:

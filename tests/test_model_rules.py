@@ -11,7 +11,7 @@ import torch
 
 from advisor.capture.graph import capture_graph
 from advisor.rule import Severity
-from advisor.rules.manual_attention import use_sdpa
+from advisor.rules.manual_attention import SdpaRewrite, use_sdpa
 from advisor.rules.tensor_creation_in_step import fold_constants
 from advisor.target import load_target
 from conftest import SAMPLES, as_cuda, audit, check_rule, line_of, only_finding, slugs, verify_sample, write_model
@@ -23,9 +23,9 @@ def test_hand_written_attention_is_found_and_sdpa_is_verified(sample_audit):
     finding = only_finding(sample_audit("manual_attention"), "manual-attention")
     path = SAMPLES / "manual_attention.py"
     assert finding.evidence["blocks"] == 2 and finding.evidence["score_shape"] == [4, 4, 256, 256]
-    assert finding.evidence["causal_mask"] is False  # a registered buffer: its values are not in the graph
+    assert finding.evidence["causal_mask"] is True  # a registered tril buffer: capture read its values
     assert [(loc.line, loc.count_per_step) for loc in finding.locations] == [(line_of(path, "F.softmax(att"), 2)]
-    assert "attn_mask" in finding.fix.summary
+    assert "is_causal=True" in finding.fix.summary
     verdict = verify_sample("manual_attention", finding, "manual-attention")
     assert verdict.status in ("verified", "no-gain", "slower") and verdict.max_rel_error <= 1e-4
 
@@ -67,6 +67,80 @@ def test_a_causal_buffer_mask_becomes_is_causal():
              if getattr(n.target, "__name__", "") == "scaled_dot_product_attention"]
     assert [(c["is_causal"], c["attn_mask"]) for c in calls] == [(True, None), (True, None)]
     torch._dynamo.reset()
+
+
+@pytest.mark.slow
+def test_hf_eager_attention_is_found_as_causal_and_verified_as_is_causal(sample_audit):
+    finding = only_finding(sample_audit("hf_eager_attention"), "manual-attention")
+    path = SAMPLES / "hf_eager_attention.py"
+    assert finding.evidence["blocks"] == 2 and finding.evidence["causal_mask"] is True  # a bool tril buffer
+    assert [loc.line for loc in finding.locations] == [line_of(path, "SOFTMAX LINE")]
+    assert "is_causal=True" in finding.fix.summary
+    verdict = verify_sample("hf_eager_attention", finding, "manual-attention")
+    assert verdict.max_rel_error <= 1e-4 and "2 block(s) as SDPA(is_causal=True)" in verdict.note
+
+
+@pytest.mark.slow
+def test_einsum_attention_with_an_additive_padding_mask_keeps_the_mask(sample_audit):
+    finding = only_finding(sample_audit("einsum_attention"), "manual-attention")
+    assert finding.evidence["blocks"] == 2 and finding.evidence["causal_mask"] is False
+    verdict = verify_sample("einsum_attention", finding, "manual-attention")
+    assert verdict.max_rel_error <= 1e-4 and "2 block(s) as SDPA(attn_mask=...)" in verdict.note
+
+
+def test_baddbmm_scores_with_alpha_and_a_bias_become_sdpa_exactly():
+    class Attention(torch.nn.Module):
+        def forward(self, q, k, v, bias):  # (batch*heads, T, d), as Bloom-style code writes it
+            scores = torch.baddbmm(bias, q, k.transpose(1, 2), beta=1.0, alpha=0.125)
+            return torch.bmm(torch.softmax(scores, dim=-1).to(v.dtype), v)
+
+    q, k, v = (torch.randn(6, 16, 8, generator=torch.Generator().manual_seed(i)) for i in range(3))
+    bias = torch.randn(6, 1, 16, generator=torch.Generator().manual_seed(4))  # an ALiBi-like additive bias
+    expected = Attention()(q, k, v, bias)
+    torch._dynamo.reset()
+    rewrite, rewritten = SdpaRewrite(), []
+    compiled = torch.compile(Attention(), backend=lambda gm, ex: rewritten.append(gm) or rewrite(gm, ex))
+    assert torch.allclose(compiled(q, k, v, bias), expected, atol=1e-5)
+    [sdpa] = [n for n in rewritten[0].graph.nodes if getattr(n.target, "__name__", "") == "scaled_dot_product_attention"]
+    assert sdpa.kwargs["scale"] == 0.125 and sdpa.kwargs["attn_mask"] is not None
+    assert rewrite.describe() == "1 block(s) as SDPA(attn_mask=...)"
+    torch._dynamo.reset()
+
+
+def test_a_scale_after_the_mask_is_left_as_written_and_says_why():
+    class Attention(torch.nn.Module):
+        def forward(self, q, k, v, keep):
+            scores = (q @ k.transpose(-2, -1)).masked_fill(~keep, float("-inf")) * 0.125
+            return torch.softmax(scores, dim=-1) @ v
+
+    q, k, v = (torch.randn(2, 16, 8, generator=torch.Generator().manual_seed(i)) for i in range(3))
+    keep = torch.ones(16, 16, dtype=torch.bool).tril()
+    torch._dynamo.reset()
+    rewrite = SdpaRewrite()
+    torch.compile(Attention(), backend=rewrite)(q, k, v, keep)
+    assert rewrite.describe() == "1 block(s) left as written (a scale after the mask)"
+    torch._dynamo.reset()
+
+
+@pytest.mark.slow
+def test_multihead_attention_modules_are_not_hand_written_attention(tmp_path):
+    path = write_model(tmp_path, """
+        import torch
+        from torch import nn
+        class Encoder(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.weighted = nn.MultiheadAttention(64, 4, batch_first=True)  # need_weights=True by default
+                self.fast = nn.MultiheadAttention(64, 4, batch_first=True)
+                self.layer = nn.TransformerEncoderLayer(64, 4, 128, batch_first=True)
+            def forward(self, x):
+                y, _ = self.weighted(x, x, x)
+                z, _ = self.fast(y, y, y, need_weights=False)
+                return self.layer(z)
+        def get_model(): return Encoder().eval()
+        def get_inputs(): return torch.randn(2, 64, 64)
+    """)
+    assert "manual-attention" not in slugs(audit(path, tmp_path))
 
 
 @pytest.mark.slow

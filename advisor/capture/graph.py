@@ -44,8 +44,9 @@ def capture_call(model: torch.nn.Module, args: tuple, kwargs: dict[str, Any]) ->
         raise RuntimeError("TorchDynamo captured no graph: the forward was skipped or fell back to eager "
                            "execution under tracing")
     capture = GraphCapture(method="dynamo", graph_count=len(explained.graphs))
+    kinds = buffer_kinds(model)
     for index, graph_module in enumerate(explained.graphs):
-        capture.nodes.extend(_nodes(index, graph_module))
+        capture.nodes.extend(_nodes(index, graph_module, kinds))
     seen: dict[tuple[str, str, int], GraphBreak] = {}
     for reason in explained.break_reasons:
         found = _graph_break(reason)
@@ -58,7 +59,7 @@ def capture_call(model: torch.nn.Module, args: tuple, kwargs: dict[str, Any]) ->
     return capture
 
 
-def _nodes(index: int, graph_module: torch.fx.GraphModule) -> list[GraphNode]:
+def _nodes(index: int, graph_module: torch.fx.GraphModule, buffer_kind: dict[str, str]) -> list[GraphNode]:
     nodes = []
     for node in graph_module.graph.nodes:
         value = node.meta.get("example_value")
@@ -69,11 +70,50 @@ def _nodes(index: int, graph_module: torch.fx.GraphModule) -> list[GraphNode]:
             args=[f"g{index}:{arg.name}" for arg in node.all_input_nodes],
             module_path=module_path, module_type=module_type, file=file, line=line, code=code,
             constants=_constants(node),
+            value_kind=buffer_kind.get(_buffer_key(node), "") if node.op in ("placeholder", "get_attr") else "",
         )
         if isinstance(value, torch.Tensor):
             _describe_tensor(entry, value)
         nodes.append(entry)
     return nodes
+
+
+# Dynamo names a lifted buffer after its path: L['self'].h[0].attn.mask -> l_self_modules_h_modules_0_
+# modules_attn_buffers_mask_. Dropping the path's structural words leaves the buffer's own name.
+_PATH_WORDS = frozenset({"l", "fn", "self", "modules", "buffers", "_modules", "_buffers"})
+TRIANGLE_MAX_ELEMENTS = 1 << 24  # buffers larger than this are not inspected
+
+
+def _buffer_key(node: torch.fx.Node) -> str:
+    name = str(node.target).lower()
+    if "buffers" not in name.split("_"):
+        return ""
+    return "_".join(word for word in name.split("_") if word and word not in _PATH_WORDS)
+
+
+def buffer_kinds(model: torch.nn.Module) -> dict[str, str]:
+    """Model buffers whose values form a causal mask, keyed as Dynamo names them (see _buffer_key)."""
+    kinds = {}
+    for name, buffer in model.named_buffers():
+        if (kind := triangle_kind(buffer)) is not None:
+            kinds[name.lower().replace(".", "_")] = kind
+    return kinds
+
+
+def triangle_kind(value: torch.Tensor) -> str | None:
+    """'lower-triangular' when the non-zero entries of the last two (square) dimensions are exactly
+    the lower triangle in every slice, 'upper-triangular' for the strict or full upper one."""
+    if value.dim() < 2 or value.shape[-1] != value.shape[-2] or value.numel() > TRIANGLE_MAX_ELEMENTS \
+            or value.shape[-1] < 2 or value.is_complex():
+        return None
+    size = value.shape[-1]
+    nonzero = (value != 0).reshape(-1, size, size)
+    lower = torch.ones(size, size, dtype=torch.bool, device=value.device).tril()
+    if bool((nonzero == lower).all()):
+        return "lower-triangular"
+    if bool((nonzero == ~lower).all()) or bool((nonzero == lower.T).all()):
+        return "upper-triangular"
+    return None
 
 
 def _describe_tensor(entry: GraphNode, value: torch.Tensor) -> None:

@@ -179,7 +179,10 @@ def _verify_step(target: Target, candidate: Target, tolerance: float, budget: Bu
     progress(f"{label}: timing baseline and candidate, interleaved")
     ab = interleave(base_step, cand_step, target.device, budget_s=max(1.0, budget.left * PER_FIX_SHARE),
                     min_pairs=MIN_PAIRS)
-    return _measured(ab, errors, note=_numerics_note(target, comparison))
+    note = _numerics_note(target, comparison)
+    if rewrite is not None and hasattr(rewrite.backend, "describe") and (what := rewrite.backend.describe()):
+        note += f"; the candidate rewrote {what}"
+    return _measured(ab, errors, note=note)
 
 
 def _first_result(target: Target, model: torch.nn.Module, feed: Feed, step: Callable[[], Any]) -> list[torch.Tensor]:
