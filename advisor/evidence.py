@@ -195,6 +195,7 @@ class RoutingGroup(BaseModel):
     source: str = Field(description="'dataloader' (real batches) or 'synthetic' (get_inputs())")
     file: str = Field(default="", description="where the members are called (else the member class)")
     line: int = 0
+    router: str = Field(default="", description="the layer seen routing tokens to the group, when one was")
 
 
 class Evidence(BaseModel):

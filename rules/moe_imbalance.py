@@ -3,7 +3,10 @@
 What it detects:
     Token-routed experts — sibling modules of one class and parameter shapes in a ModuleList
     or ModuleDict, called with different numbers of tokens — where the busiest expert gets
-    at least ``max_over_mean`` times the mean load, or at least one expert gets no token.
+    at least ``max_over_mean`` times the mean load, or at least one expert gets no token. When
+    a router is recognised (a Linear as wide as the expert list whose output feeds argmax /
+    topk / softmax before the experts run), experts it never sends a token to count as idle,
+    so a router that collapsed onto one expert is reported too.
     Tokens are counted by hooks on each expert while the model runs forward passes on the
     data loader's real batches when they fit the model's inputs; otherwise on
     ``get_inputs()``, and the finding says the routing was measured on synthetic inputs.
@@ -65,12 +68,14 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
         yield Finding(
             message=(f"experts in {group.path} ({len(group.tokens)} x {group.module_type}) are unevenly loaded: "
                      f"expert {busiest} gets {ratio:.1f}x the mean ({max(group.tokens)} of {total} tokens)"
-                     + (f", {len(idle)} expert(s) get none" if idle else "")
+                     + (f", {len(idle)} expert(s) get none ({', '.join(map(str, idle[:8]))}"
+                        + (", …" if len(idle) > 8 else "") + ")" if idle else "")
+                     + (f", routed by {group.router}" if group.router else "")
                      + (" — measured on get_inputs(), synthetic data: production routing may differ" if synthetic
                         else f" — measured on {group.forwards} real batches from the data loader")),
             evidence={"experts": len(group.tokens), "tokens_per_expert": group.tokens,
                       "max_over_mean": round(ratio, 3), "idle_experts": idle, "busiest": busiest,
-                      "measured_on": group.source, "forwards": group.forwards},
+                      "measured_on": group.source, "forwards": group.forwards, "router": group.router or None},
             locations=[Location.at(group.file, group.line, function=group.path,
                                    note="tokens per expert: " + ", ".join(map(str, group.tokens)))]
             if group.file else [],

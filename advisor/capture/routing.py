@@ -3,8 +3,9 @@
 A group is a ModuleList or ModuleDict of at least two members of one class with identical
 parameter shapes — the shape of a mixture of experts, and also of a plain stack of layers.
 Forward pre-hooks count the rows (all dimensions but the last) of each member's first tensor
-input. A stack of layers sees equal counts everywhere; a group is reported only when its
-members received different counts, which is what a router does.
+input. A stack of layers sees equal counts everywhere; a group is reported when its members
+received different counts, which is what a router does, or when a router layer was seen
+deciding for it (routers.py): then an expert never called counts as an idle expert.
 
 The step's feed is used: the data loader's real batches when the file has a loader (routing
 depends on the data), otherwise ``get_inputs()``, and the evidence says which.
@@ -13,10 +14,12 @@ depends on the data), otherwise ``get_inputs()``, and the evidence says which.
 from __future__ import annotations
 
 import inspect
+from typing import Callable
 
 import torch
 from torch.utils._pytree import tree_flatten
 
+from advisor.capture.routers import RouterWatch, router_candidates
 from advisor.evidence import RoutingGroup
 from advisor.sources import user_frame
 from advisor.target import Target, call_model, call_user
@@ -47,35 +50,47 @@ def measure_routing(target: Target) -> list[RoutingGroup]:
     varied: set[str] = set()
     seen_this_forward: dict[str, dict[int, int]] = {path: {} for path in groups}
     called_at: dict[str, tuple[str, int]] = {}
+    candidates = router_candidates(model, groups)
+    watch = RouterWatch(model, candidates)
+    routers: dict[str, str] = {}
+
+    def routed_before(path: str) -> None:  # a member is called: has one of its routers decided already?
+        if path not in routers and (decided := [r for r in candidates.get(path, ()) if r in watch.decided_now]):
+            routers[path] = decided[0]
+
     handles = []
     for path, members in groups.items():
         for index, member in enumerate(members):
             handles.append(member.register_forward_pre_hook(
-                _counter(path, index, tokens, seen_this_forward, called_at)))
+                _counter(path, index, tokens, seen_this_forward, called_at, routed_before)))
     try:
-        with torch.no_grad():
+        with torch.no_grad(), watch:
             for batch in batches:
                 for counts in seen_this_forward.values():
                     counts.clear()
                 call_user("routing", target.path, "the model's forward", call_model, model, batch)
+                watch.forget_outputs()
                 for path, counts in seen_this_forward.items():
                     if len(set(counts.values())) > 1:
                         varied.add(path)  # equal counts, or members skipped whole (layer drop, a chosen head): no router
     finally:
+        watch.remove()
         for handle in handles:
             handle.remove()
     found = []
-    for path in sorted(varied):
+    for path in sorted(varied | set(routers)):  # with a router, an expert never called is an idle expert
         member = groups[path][0]
         file, line = called_at.get(path) or _defined_at(type(member))
         found.append(RoutingGroup(path=path, module_type=type(member).__qualname__, tokens=tokens[path],
-                                  forwards=len(batches), source=source, file=file, line=line))
+                                  forwards=len(batches), source=source, file=file, line=line,
+                                  router=routers.get(path, "")))
     return found
 
 
 def _counter(path: str, index: int, tokens: dict[str, list[int]], seen: dict[str, dict[int, int]],
-             called_at: dict[str, tuple[str, int]]):
+             called_at: dict[str, tuple[str, int]], on_call: Callable[[str], None]):
     def count(module: torch.nn.Module, args: tuple) -> None:
+        on_call(path)
         if path not in called_at and (where := user_frame()) is not None:
             called_at[path] = where  # the line that calls the experts (the dispatch loop)
         first = next((a for a in tree_flatten(args)[0] if isinstance(a, torch.Tensor)), None)
