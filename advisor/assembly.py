@@ -17,7 +17,7 @@ from advisor.errors import StageError
 from advisor.evidence import Evidence
 from advisor.report.model import ModelOutput, Report, RuleProblemRecord, StageRecord, VerificationSettings
 from advisor.report.summarize import summarize_graph, summarize_performance, summarize_trace
-from advisor.rule import Finding, Verification
+from advisor.rule import Finding, Severity, Verification
 from advisor.verify.plan import MeasuredFixes, plan_verification
 
 # Failures of these kinds leave the audit incomplete (exit 2); "unsupported" ones are noted only.
@@ -102,3 +102,25 @@ def verify_findings(report: Report, rules: RuleConfig, errors: list[StageError],
         report.verification.note = outcome
     else:
         attach_verification(report, outcome)
+        demote_unhelpful(report)
+
+
+def demote_unhelpful(report: Report) -> None:
+    """A finding whose own fix measured no gain or a loss here is not handed over as a costly item:
+    it becomes INFO, says what was measured, leaves the impact ranking (and so the executive
+    summary), and its estimated share is replaced by what the measurement allows."""
+    for finding in report.findings:
+        v = finding.verification
+        if v is None or v.status not in ("no-gain", "slower") or v.speedup is None:
+            continue
+        measured_share = max(0.0, 1 - 1 / v.ci_high) if v.ci_high else 0.0  # the most the fix could save
+        estimate = (f"; the rule's estimate of {finding.impact:.0%} of the step was more than the fix can recover "
+                    f"(at most {measured_share:.0%} by this measurement)") if finding.impact and finding.impact > measured_share else ""
+        finding.severity_before_demotion = finding.severity
+        finding.severity = Severity.INFO
+        finding.demoted = (f"its fix measured {'slower' if v.status == 'slower' else 'no gain'} here "
+                           f"({v.speedup:.2f}x [{v.ci_low:.2f}-{v.ci_high:.2f}]): the pattern is real, "
+                           f"but not costly on this machine at this size{estimate}")
+        if finding.impact is not None:
+            finding.impact = round(min(finding.impact, measured_share), 4)
+    report.findings.sort(key=lambda f: (bool(f.demoted),))  # stable: the ranking otherwise stays

@@ -14,7 +14,7 @@ from advisor.engine import SettingError, load_rules
 from advisor.pipeline import AuditOptions, run_audit
 from advisor.report.terminal import print_problems, print_summary
 from advisor.report.write import FORMATS, write_reports
-from advisor.rule import Severity
+from advisor.rule import SHARE_LEVELS, Severity
 
 EXIT_FAILED = 2
 
@@ -171,6 +171,9 @@ def explain(ruleset, slug: str) -> None:
         for name, threshold in found.thresholds.items():
             unit = f" {threshold.unit}" if threshold.unit else ""
             click.echo(f"  {name} = {threshold.default:g}{unit}: {threshold.help}")
+    scale = ", ".join(f"{level.value} from {floor:.0%}" for floor, level in SHARE_LEVELS)
+    click.echo(f"\nSeverity follows measured cost: a finding's severity is at most what its share of the step "
+               f"allows ({scale}; below that info).")
 
 
 def main() -> None:

@@ -19,7 +19,7 @@ from typing import Iterable
 
 from advisor.evidence import Evidence
 from advisor.gc_pause import gc_paused
-from advisor.rule import Finding, Rule, Severity, Thresholds
+from advisor.rule import Finding, Rule, Severity, Thresholds, capped_by_share
 
 
 @dataclass
@@ -184,7 +184,7 @@ def run_rules(
             for finding in produced:
                 findings.append(finding.model_copy(update={
                     "slug": rule.slug, "code": rule.code, "title": rule.title, "layer": rule.layer,
-                    "severity": finding.severity or rule.severity,
+                    "severity": capped_by_share(finding.severity or rule.severity, finding.impact),
                 }))
     findings.sort(key=_order)
     _assign_ids(findings)

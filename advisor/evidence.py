@@ -64,6 +64,8 @@ class Environment(BaseModel):
     anomaly_detection: bool = False
     dispatch_overhead_us: float | None = Field(
         default=None, description="measured host time of one trivial eager op (per-op overhead floor)")
+    memory_bandwidth_gbs: float | None = Field(default=None, description="measured copy bandwidth (64 MB buffer)")
+    matmul_gflops: float | None = Field(default=None, description="measured fp32 matmul speed (512x512x512)")
 
 
 class Timing(BaseModel):

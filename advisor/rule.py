@@ -61,6 +61,25 @@ class Severity(str, enum.Enum):
 
 _SEVERITY_RANK = {Severity.INFO: 0, Severity.LOW: 1, Severity.MEDIUM: 2, Severity.HIGH: 3}
 
+# Severity follows measured cost: the highest level a finding may have for the share of the step
+# it explains (Finding.impact). HIGH needs a double-digit share, MEDIUM what a careful reviewer
+# still acts on, LOW at least a percent; below a percent a finding is INFO (noise next to the
+# run-to-run variation of a step). A rule's own judgement (a CPU without native bf16, a sync that
+# costs nothing on this device) can only lower it further.
+SHARE_LEVELS = ((0.10, Severity.HIGH), (0.03, Severity.MEDIUM), (0.01, Severity.LOW))
+
+
+def severity_for_share(share: float) -> Severity:
+    return next((level for floor, level in SHARE_LEVELS if share >= floor), Severity.INFO)
+
+
+def capped_by_share(severity: Severity, share: float | None) -> Severity:
+    """``severity``, lowered to what the measured share allows (unchanged when not measured)."""
+    if share is None:
+        return severity
+    allowed = severity_for_share(share)
+    return allowed if allowed.rank < severity.rank else severity
+
 
 SNIPPET_CONTEXT = 2  # source lines shown above and below a location
 
@@ -144,6 +163,9 @@ class Finding(BaseModel):
         default=None, description="share of step time this finding explains (0..1), when measurable"
     )
     verification: Verification | None = None
+    demoted: str = Field(default="", description="why the finding was demoted to INFO after its fix was measured "
+                                                 "(no gain, or slower); empty when it was not")
+    severity_before_demotion: Severity | None = None
 
 
 @dataclass(frozen=True)

@@ -63,6 +63,7 @@ def capture_environment(device: torch.device) -> Environment:
         device_name=cpu_model,
     )
     env.dispatch_overhead_us = measure_dispatch_overhead(device)
+    env.memory_bandwidth_gbs, env.matmul_gflops = measure_device_speed(device)
     if device.type == "cuda":
         index = device.index if device.index is not None else torch.cuda.current_device()
         env.device_name = torch.cuda.get_device_name(index)
@@ -94,6 +95,29 @@ def measure_dispatch_overhead(device: torch.device, repeats: int = 2000) -> floa
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     return statistics.median(samples)
+
+
+def measure_device_speed(device: torch.device) -> tuple[float, float]:
+    """(copy bandwidth GB/s over a 64 MB buffer, fp32 matmul GFLOP/s at 512³): what a step's bytes
+    and FLOPs cost on this device, to tell work from per-op overhead (kernel-storm)."""
+    def best_seconds(run, repeats: int = 7) -> float:
+        for _ in range(2):
+            run()
+        samples = []
+        for _ in range(repeats):
+            begin = time.perf_counter()
+            run()
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            samples.append(time.perf_counter() - begin)
+        return min(samples)
+
+    source = torch.empty(16 * 1024 * 1024, device=device)
+    target = torch.empty_like(source)
+    copy_s = best_seconds(lambda: target.copy_(source))
+    a, b = torch.randn(512, 512, device=device), torch.randn(512, 512, device=device)
+    matmul_s = best_seconds(lambda: torch.mm(a, b))
+    return round(2 * source.numel() * 4 / copy_s / 1e9, 2), round(2 * 512 ** 3 / matmul_s / 1e9, 2)
 
 
 def _onednn_bf16() -> bool:

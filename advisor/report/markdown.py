@@ -76,6 +76,8 @@ def _details(finding: Finding) -> list[str]:
                      [f"+ {line}" for line in finding.fix.after.splitlines()] + ["```"]
     if finding.verification is not None and finding.verification.note:
         lines += ["", f"Verification: {_verdict(finding.verification)} — {_escape(finding.verification.note)}"]
+    if finding.demoted:
+        lines += ["", f"Demoted to info: {_escape(finding.demoted)}."]
     lines += ["", "</details>", ""]
     return lines
 

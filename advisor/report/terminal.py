@@ -42,6 +42,8 @@ def print_summary(report: Report, written: dict[str, str]) -> None:
             click.echo(f"         {place}  {location.code}".rstrip())
         if finding.verification is not None:
             click.echo(f"         fix: {describe_verification(finding.verification)}")
+        if finding.demoted:
+            click.echo(f"         demoted to info: {finding.demoted}")
     combined = report.verification.combined
     if combined is not None and combined.speedup is not None:
         click.echo(f"All verified fixes together: {combined.speedup:.2f}x [{combined.ci_low:.2f}–{combined.ci_high:.2f}]")
