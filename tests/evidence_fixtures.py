@@ -20,6 +20,7 @@ from pathlib import Path
 from advisor.evidence import Evidence
 from advisor.kineto import SOURCE_ANNOTATION, parse_trace
 from advisor.sources import is_library_path
+from advisor.trace_stream import EventStream
 
 ROOT = Path(__file__).resolve().parent.parent
 EVIDENCE_DIR = ROOT / "tests" / "data" / "evidence"
@@ -63,9 +64,9 @@ def save_evidence(sample: str, evidence: Evidence, trace_path: str | None) -> No
     if trace_path is None:
         trace_file.unlink(missing_ok=True)
         return
-    opener = gzip.open if trace_path.endswith(".gz") else open
-    with opener(trace_path, "rt", encoding="utf-8") as handle:
-        trace = json.load(handle)
+    stream = EventStream(trace_path)  # repairs the names the profiler writes with bare quotes
+    events = list(stream.events())
+    trace = {**stream.members, "traceEvents": events}
     annotated = any(str(e.get("name", "")).startswith(SOURCE_ANNOTATION) for e in trace["traceEvents"])
     trace["traceEvents"] = [e for e in trace["traceEvents"] if not _dropped(e, annotated)]
     _write(trace_file, json.dumps(trace, separators=(",", ":")))

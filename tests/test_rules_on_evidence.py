@@ -21,6 +21,7 @@ RULES = RuleConfig.load()
 
 # sample -> every rule that fires on its saved evidence -> markers of lines it must point at.
 EXPECTED: dict[str, dict[str, list[str]]] = {
+    "activation_chain": {"kernel-storm": ["QUICK GELU LINE"]},
     "anomaly_left_on": {"anomaly-detection": []},
     "audio_loader": {"dataloader-workers": ["def __getitem__"], "dataloader-pin-memory": ["def __getitem__"]},
     "bf16_weights": {},
@@ -33,30 +34,37 @@ EXPECTED: dict[str, dict[str, list[str]]] = {
     "data_parallel": {"dataparallel": []},
     "dataloader_workers": {"dataloader-workers": ["def __getitem__"], "dataloader-pin-memory": ["def __getitem__"],
                            "channels-last": []},
+    "einsum_attention": {"manual-attention": ["SOFTMAX LINE"], "missing-amp": []},
     "empty_cache_step": {"empty-cache": ["frees the cache the next layer needs"]},
     "forgot_eval": {"train-mode-inference": []},
     "gpt_block": {"missing-amp": [], "optimizer-foreach": []},
     "gpu_flags": {"channels-last": []},
     "gradcheck_left_in": {"debug-apis": ["gradcheck("], "host-sync": ["gradcheck("], "kernel-storm": ["gradcheck("]},
+    "hf_eager_attention": {"manual-attention": ["SOFTMAX LINE"]},
+    "hostile_names": {},
     "host_sync": {"host-sync": [".item() > 0.5", "scores.squeeze(-1) > 0.3"], "graph-breaks": []},
     "kernel_storm": {"kernel-storm": ["c = f * c + i * torch.tanh(g)", "gates = projected[:, t]"]},
-    "manual_attention": {"manual-attention": ["F.softmax(att"]},
+    "labelled_loader": {"dataloader-workers": ["def __getitem__"]},
+    "manual_attention": {"manual-attention": ["F.softmax(att"], "non-contiguous": []},
     "many_workers": {"dataloader-too-many-workers": [], "dataloader-workers": []},
     "misaligned_head": {},
     "missing_amp": {"missing-amp": ["self.down(torch.relu(self.up(x)))"]},
+    "moe_collapsed": {"host-sync": ["nonzero(as_tuple=True)"], "moe-imbalance": ["out[rows] = expert(x[rows])"]},
+    "moe_eager_dispatch": {"host-sync": [".nonzero()"], "missing-amp": [], "redundant-copy": ["a copy for nothing"]},
     "moe_layer": {"host-sync": ["torch.where(mask[index])"]},
     "moe_skewed": {"host-sync": ["nonzero(as_tuple=True)"], "moe-imbalance": []},
     "non_contiguous": {"non-contiguous": ["NCHW -> NHWC copy", "and back: another copy"], "channels-last": []},
     "oversubscribed_threads": {"cpu-threads": [], "missing-amp": []},
     "per_feature_heads": {"kernel-storm": ["one small op chain per feature"]},
     "per_tensor_adam": {"optimizer-foreach": [], "kernel-storm": []},  # the single-tensor optimizer's ops
+    "recurrent_cell": {"kernel-storm": ["GATE LINE"]},
     "redundant_clones": {"redundant-copy": [], "missing-amp": []},
     # non-contiguous is borderline here (4.5-22% of the step across runs, around its 5%): not in this recording
     "resnet_style": {"missing-amp": ["self.conv1(x)"], "channels-last": [], "optimizer-foreach": []},
     "train_with_loader": {},
     "zero_grad_in_place": {"zero-grad": ["writes zeros over every gradient"]},
 }
-HEALTHY = ("clean_mlp", "bf16_weights", "train_with_loader")
+HEALTHY = ("clean_mlp", "bf16_weights", "train_with_loader", "hostile_names")
 
 
 def findings(evidence):

@@ -1,0 +1,82 @@
+"""Severity follows measured cost, and a finding whose own fix did not help is demoted."""
+
+from __future__ import annotations
+
+import pytest
+from evidence_fixtures import recorded_samples, saved_evidence
+
+from advisor.analyze import evidence_from_traces
+from advisor.assembly import assemble_report, demote_unhelpful
+from advisor.engine import RuleConfig
+from advisor.kineto import parse_trace
+from advisor.report.html import render_html
+from advisor.report.markdown import render_markdown
+from advisor.rule import Severity, Verification, capped_by_share, severity_for_share
+from conftest import shared_trace
+
+
+@pytest.mark.parametrize("share, level", [(0.5, "high"), (0.10, "high"), (0.05, "medium"), (0.03, "medium"),
+                                          (0.02, "low"), (0.01, "low"), (0.004, "info"), (0.0, "info")])
+def test_the_share_scale(share, level):
+    assert severity_for_share(share).value == level
+
+
+def test_a_share_only_lowers_what_a_rule_decided():
+    assert capped_by_share(Severity.HIGH, 0.02) == Severity.LOW
+    assert capped_by_share(Severity.INFO, 0.5) == Severity.INFO  # a rule's own reason to say info stays
+    assert capped_by_share(Severity.MEDIUM, None) == Severity.MEDIUM  # not measured: the rule decides
+
+
+def test_every_finding_on_saved_evidence_respects_its_measured_share():
+    config = RuleConfig.load()
+    for sample in recorded_samples():
+        for finding in config.run(saved_evidence(sample))[0]:
+            if finding.impact is not None:
+                assert finding.severity.rank <= severity_for_share(finding.impact).rank, (sample, finding.slug)
+
+
+def test_tiny_pageable_copies_on_a_real_gpu_trace_are_info():
+    """12 pageable copies per step on a transformer trace, a sliver of its step: noise, not MEDIUM."""
+    evidence = evidence_from_traces([parse_trace(str(shared_trace("timeline_analysis/sampled_rank-0.json.gz")))])
+    found = {f.slug: f for f in RuleConfig.load().run(evidence)[0]}
+    pageable = found["pageable-memcpy"]
+    assert pageable.impact is not None and pageable.impact < 0.01
+    assert pageable.severity == Severity.INFO, pageable.message
+
+
+def _report_with(sample: str, slug: str, verification: Verification):
+    report = assemble_report(saved_evidence(sample), RuleConfig.load())
+    target = next(f for f in report.findings if f.slug == slug)
+    target.verification = verification
+    return report, target
+
+
+def test_a_finding_whose_fix_measured_no_gain_is_demoted_and_leaves_the_summary():
+    report, finding = _report_with("non_contiguous", "non-contiguous", Verification(
+        status="no-gain", speedup=0.99, ci_low=0.97, ci_high=1.01, baseline_ms=7.2, candidate_ms=7.27,
+        samples=40, device="cpu"))
+    before = finding.severity
+    assert before == Severity.MEDIUM and finding.impact > 0.1
+    demote_unhelpful(report)
+    assert finding.severity == Severity.INFO and finding.severity_before_demotion == before
+    assert "measured no gain here (0.99x [0.97-1.01])" in finding.demoted
+    assert "more than the fix can recover (at most 1%" in finding.demoted
+    assert finding.impact == pytest.approx(1 - 1 / 1.01, abs=1e-3)
+    assert report.findings[-1] is finding  # out of the impact ranking
+    html = render_html(report)
+    summary = html.split("<h2>Executive summary</h2>")[1].split("</ul>")[0]
+    assert "Non-contiguous" not in summary and "non-contiguous" not in summary.lower()
+    assert "Demoted from medium to info" in html
+    assert "Demoted to info" in render_markdown(report)
+
+
+def test_a_slower_fix_demotes_and_a_verified_or_unmeasured_one_does_not():
+    report, finding = _report_with("non_contiguous", "non-contiguous", Verification(
+        status="slower", speedup=0.95, ci_low=0.93, ci_high=0.97, samples=40, device="cpu"))
+    demote_unhelpful(report)
+    assert finding.severity == Severity.INFO and "measured slower" in finding.demoted and finding.impact == 0
+    for status, speedup in (("verified", 1.3), ("not-verifiable-here", None), ("fix-failed", None)):
+        report, finding = _report_with("non_contiguous", "non-contiguous", Verification(
+            status=status, speedup=speedup, ci_low=speedup, ci_high=speedup, device="cpu"))
+        demote_unhelpful(report)
+        assert finding.demoted == "" and finding.severity == Severity.MEDIUM, status
