@@ -89,7 +89,10 @@ def main() -> None:
             recommended = build(target) if build is not None else candidate
             independent = None
             if recommended is not None and recommended.loader_options == target.loader_options:
-                independent = independent_speedup(target, recommended, args.min_run_time)
+                try:
+                    independent = independent_speedup(target, recommended, args.min_run_time)
+                except Exception as broken:  # noqa: BLE001 - a fix that breaks the model: advisor says so too
+                    print(f"  {sample}/{finding.slug}: the fixed model raised {type(broken).__name__}", file=sys.stderr)
             result = verify_one(target, [(finding, spec)], Budget(args.budget), lambda text: None, finding.slug)
             if result.speedup is None or independent is None:
                 rows.append((sample, finding.slug, result.status, None, None, None))

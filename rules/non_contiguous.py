@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from advisor.evidence import Evidence, GraphCapture, GraphNode
-from advisor.fixing import compiled_with, finish_graph
+from advisor.fixing import compiled_with, finish_graph, node_name
 from advisor.kineto import Op, Trace
 from advisor.opsets import GRAPH_MATMULS, LAYOUT_COPY_OPS, is_broadcast, is_contiguous, outermost
 from advisor.rule import Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
@@ -55,7 +55,10 @@ LAYOUT_VIEWS = {"permute", "transpose", "t", "T", "mT", "swapaxes", "swapdims", 
                 "narrow", "unfold", "as_strided", "getitem", "diagonal", "select"}
 USER_COPY_APIS = {"Tensor.contiguous", "Tensor.clone", "Tensor.reshape", "torch.reshape", "Tensor.copy_",
                   "torch.clone", "Tensor.flatten", "torch.flatten"}
-RESHAPING_VIEWS = {"view", "reshape", "flatten", "unsqueeze", "squeeze", "torch.flatten", "torch.reshape"}
+# Views that keep a transposed operand foldable into the GEMM; view/reshape/flatten of a strided
+# tensor need (or make) a contiguous copy, so a .contiguous() before them is not removable.
+KEEPS_TRANSPOSE = {"unsqueeze", "squeeze"}
+NEEDS_CONTIGUOUS = {"view", "reshape", "flatten", "torch.flatten", "torch.reshape"}
 
 
 @dataclass
@@ -195,7 +198,7 @@ def _feeds_matmul(graph: GraphCapture, nodes: dict[str, GraphNode], start: str) 
         target = nodes[successor].target
         if target in GRAPH_MATMULS:
             return True
-        if target in RESHAPING_VIEWS and _feeds_matmul(graph, nodes, successor):
+        if target in KEEPS_TRANSPOSE and _feeds_matmul(graph, nodes, successor):
             return True
     return False
 
@@ -248,11 +251,12 @@ def fix(target, finding):
 def drop_contiguous(graph_module: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
     """Remove plain ``.contiguous()`` calls: they copy memory and never change a value.
 
-    A consumer that needs contiguous memory (``.view``) then raises, and verification reports
-    the fix as failed rather than changing the model's numbers.
+    Calls feeding ``view``/``reshape``/``flatten`` stay: ``view`` needs the contiguous memory and
+    the others would make the same copy themselves, so removing them is no fix.
     """
     for node in list(graph_module.graph.nodes):
-        if node.op == "call_method" and node.target == "contiguous" and len(node.args) == 1 and not node.kwargs:
+        if node.op == "call_method" and node.target == "contiguous" and len(node.args) == 1 and not node.kwargs \
+                and not any(node_name(user) in NEEDS_CONTIGUOUS for user in node.users):
             node.replace_all_uses_with(node.args[0])
             graph_module.graph.erase_node(node)
     return finish_graph(graph_module)

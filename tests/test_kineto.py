@@ -127,3 +127,16 @@ def test_a_line_that_is_not_a_quoted_name_is_still_an_error(tmp_path):
     path = _write(tmp_path / "bad.json", b'{"traceEvents": [\n{"ph": "X", "name": "a"b", "ts": 1}\n]}', compress=False)
     with pytest.raises(TraceFormatError, match="not valid JSON at line 2"):
         parse_trace(path)
+
+
+def test_analyze_reads_a_trace_with_quoted_names_and_reports_no_error(tmp_path):
+    from advisor.analyze import AnalyzeOptions, run_analyze
+
+    events = [{"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{s}", "ts": s * 1000, "dur": 900, "tid": 1}
+              for s in range(2)]
+    events += [{"ph": "X", "cat": "cpu_op", "name": 'nn.Module: Block "v2"_0' if i % 2 else "aten::mm",
+                "ts": i * 10, "dur": 5, "tid": 1} for i in range(1, 190)]
+    path = tmp_path / "quoted.json"
+    path.write_text(_kineto_text(events))
+    result = run_analyze(AnalyzeOptions(paths=(str(path),), out_dir=str(tmp_path / "out")))
+    assert result.report.errors == [] and result.report.trace.note.startswith("95 event name(s)")  # 1, 3, ... 189
