@@ -9,7 +9,6 @@ import copy
 import types
 from typing import Callable
 
-import torch
 import torch.nn.functional as F
 
 from advisor.fixing import replace_target
@@ -59,10 +58,3 @@ RECOMMENDED: dict[tuple[str, str], Callable] = {
     ("hf_eager_attention", "manual-attention"): _with_forward("GPT2Attention", _hf_sdpa_forward),
     ("einsum_attention", "manual-attention"): _with_forward("SelfAttention", _einsum_sdpa_forward),
 }
-
-
-def training_variant(target):
-    """The GPT causal case as a training step with dropout active (the held-out report's case)."""
-    model = copy.deepcopy(target.model).train()
-    return replace_target(target, model=model, mode="train",
-                          get_optimizer=lambda m: torch.optim.AdamW(m.parameters(), lr=3e-4))

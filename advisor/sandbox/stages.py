@@ -220,7 +220,8 @@ def _verify(state: dict, progress: Callable[[str], None]) -> str:
     spec = state["spec"]
     ruleset = load_rules(spec.get("rule_dirs", []))
     findings = [Finding.model_validate(item) for item in spec["verify"]]
-    measured = verify_all(state["target"], ruleset, findings, spec["budget_s"], progress)
+    measured = verify_all(state["target"], ruleset, findings, spec["budget_s"], progress,
+                          together=spec.get("together", False))
     return measured.model_dump_json()
 
 

@@ -51,10 +51,17 @@ def verify_all(
     findings: list[Finding],
     budget_s: float,
     progress: Callable[[str], None] = lambda text: None,
+    together: bool = False,
 ) -> MeasuredFixes:
-    """Measure each finding's fix (findings as planned: measurable ones, most impact first)."""
+    """Measure each finding's fix (findings as planned: measurable ones, most impact first), then
+    the verified ones together; with ``together``, only all of them at once (already verified)."""
     budget = Budget(budget_s)
     measured = MeasuredFixes()
+    if together:
+        fixes = [(finding, ruleset.get(finding.slug).fix_spec) for finding in findings]
+        progress("all verified fixes together")
+        measured.combined = verify_one(target, fixes, budget, progress, label="all fixes")
+        return measured
     applied: list[tuple[Finding, FixSpec]] = []
     device = str(target.device)
     if not findings:
@@ -159,9 +166,10 @@ def _verify_step(target: Target, candidate: Target, tolerance: float, budget: Bu
         cand = _first_result(candidate, cand_model, cand_feed, cand_step)
         first_call_s = time.perf_counter() - began
     if rewrite is not None and (unapplied := rewrite.unapplied()) is not None:
+        why = (" (a forward Dynamo cannot trace, such as one under torch.compiler.disable, runs as it is)"
+               if not rewrite.graphs else "")
         return Verification(status="not-verifiable-here", device=device,
-                            note=f"{unapplied} (a forward Dynamo cannot trace, such as one under "
-                                 "torch.compiler.disable, is run as it is): the fix was not applied, so not measured")
+                            note=f"{unapplied}{why}: the fix was not applied, so not measured")
     comparison = compare(base, cand)
     compile_s = round(first_call_s, 3) if candidate.compiled else None
     errors = dict(max_abs_error=comparison.max_abs_error, max_rel_error=comparison.max_rel_error,
