@@ -75,6 +75,7 @@ def run_audit(options: AuditOptions, progress: Callable[[str], None] = lambda te
     spec = {
         "model_file": os.path.abspath(options.model_file), "mode": options.mode, "device": options.device,
         "trace_path": trace_path,
+        "fetch_deadline_s": min(60.0, options.timeout / 2),  # a hung loader: the data stage times out on it
     }
     run = run_capture(spec, options.timeout, progress)
     evidence, errors = build_evidence(run, options.model_file)

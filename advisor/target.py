@@ -20,6 +20,7 @@ import importlib.util
 import itertools
 import os
 import sys
+import threading
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, Callable
@@ -31,6 +32,7 @@ from advisor.errors import AuditError, StageError, from_exception
 from advisor.feed import BATCHES_AHEAD, INPUTS_HOOK, Feed, FeedSource, default_inputs, describe, from_loader, on_device
 
 MODES = ("train", "inference")
+FETCH_DEADLINE_S = 60.0  # the loader's first batches must come within this (the spec may set less)
 
 
 def _fail(stage: str, message: str, kind: str = "user-code") -> AuditError:
@@ -121,19 +123,26 @@ class Target:
     def compiled(self) -> bool:
         return self.compile_mode is not None or self.compile_backend is not None
 
-    def prepare_feed(self) -> FeedSource:
+    def prepare_feed(self, deadline_s: float = FETCH_DEADLINE_S) -> FeedSource:
         """Fetch the loader's batches the step will run on (once; user code, stage "load")."""
         if self.feed_source is None:
-            self.feed_source = self._fetch_feed()
+            self.feed_source = self._fetch_feed(deadline_s)
             self.inputs = self.feed_source.pairs[0][0]
         return self.feed_source
 
-    def _fetch_feed(self) -> FeedSource:
+    def _fetch_feed(self, deadline_s: float) -> FeedSource:
         if self.get_dataloader is None:
             return FeedSource(pairs=((self.inputs, self.inputs),), source="get_inputs()")
         loader = call_user("load", self.path, "get_dataloader()", self.get_dataloader)
-        batches = call_user("load", self.path, "fetching the loader's first batches",
-                            lambda: list(itertools.islice(iter(loader), BATCHES_AHEAD)))
+        batches = _within(deadline_s, lambda: call_user("load", self.path, "fetching the loader's first batches",
+                                                        lambda: list(itertools.islice(iter(loader), BATCHES_AHEAD))))
+        if batches is None:  # a loader that hangs: the data stage will time out on it and say so
+            if self.inputs is not None:
+                return FeedSource(pairs=((self.inputs, self.inputs),), source="get_inputs()",
+                                  note=f"the loader gave no batch within {deadline_s:g} s, so the step ran on "
+                                       "get_inputs()")
+            raise _fail("load", f"get_dataloader()'s loader gave no batch within {deadline_s:g} s and the file "
+                                "defines no get_inputs(): there is nothing to run the model on", "timeout")
         if not batches:
             if self.inputs is not None:
                 return FeedSource(pairs=((self.inputs, self.inputs),), source="get_inputs()",
@@ -177,6 +186,24 @@ class Target:
         return rebuild_loader(loader, **self.loader_options) if self.loader_options else loader
 
 
+def _within(seconds: float, fetch: Callable[[], Any]) -> Any:
+    """``fetch()`` in a daemon thread; None when it has not returned after ``seconds`` (it is left
+    blocked: a hung loader must not hang the audit). Its exception is raised here."""
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["value"] = fetch()
+        except BaseException as failure:  # noqa: BLE001 - re-raised in the caller's thread
+            outcome["error"] = failure
+    worker = threading.Thread(target=run, name="advisor-fetch-batches", daemon=True)
+    worker.start()
+    worker.join(seconds)
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome.get("value")
+
+
 def _reconfigured(optimizer: torch.optim.Optimizer, options: dict[str, Any]) -> torch.optim.Optimizer:
     """The same optimizer class over the same parameter groups, with some options changed."""
     groups = [{**group, **options} for group in optimizer.param_groups]
@@ -213,7 +240,7 @@ def rebuild_loader(loader: Any, **overrides: Any) -> Any:
 OPTIONAL_HOOKS = ("get_inputs", "get_dataloader", INPUTS_HOOK, "get_optimizer", "loss_fn")
 
 
-def load_target(path: str, mode: str = "auto", device: str = "auto") -> Target:
+def load_target(path: str, mode: str = "auto", device: str = "auto", fetch_deadline_s: float = FETCH_DEADLINE_S) -> Target:
     module = load_module(path)
     if not callable(getattr(module, "get_model", None)):
         raise _fail("load", "the file defines no get_model(); a model file must define get_model() and "
@@ -239,7 +266,7 @@ def load_target(path: str, mode: str = "auto", device: str = "auto") -> Target:
     hooks = {name: value for name, value in optional.items() if name != "get_inputs"}
     target = Target(path=os.path.abspath(path), module=module, model=model, inputs=inputs, mode=mode,
                     device=resolve_device(device), **hooks)
-    target.prepare_feed()
+    target.prepare_feed(fetch_deadline_s)
     check_inputs(target.inputs, "the model's inputs taken from the loader's batch are"
                  if target.feed_source.source == "loader" else "get_inputs() returned")
     return target

@@ -138,6 +138,7 @@ def test_a_hung_loader_with_worker_processes_is_stopped(tmp_path):
     [error] = result.report.errors
     assert error.stage == "data" and error.kind == "timeout"
     assert result.report.timing is not None  # earlier stages' evidence is kept
+    assert "gave no batch within 3 s, so the step ran on get_inputs()" in result.report.target.input_note
 
 
 @pytest.mark.slow

@@ -86,9 +86,10 @@ def _load(state: dict, progress: Callable[[str], None]) -> str:
     from advisor.target import load_target
 
     spec = state["spec"]
+    deadline = spec.get("fetch_deadline_s", 60.0)
     if "target" not in state:  # the Python API hands over a live target
-        state["target"] = load_target(spec["model_file"], spec.get("mode", "auto"), spec.get("device", "auto"))
-    state["target"].prepare_feed()
+        state["target"] = load_target(spec["model_file"], spec.get("mode", "auto"), spec.get("device", "auto"), deadline)
+    state["target"].prepare_feed(deadline)
     from advisor.capture.describe import describe_target
 
     return describe_target(state["target"]).model_dump_json()
