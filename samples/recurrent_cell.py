@@ -24,10 +24,10 @@ class LoopGRU(nn.Module):
         for t in range(x.shape[1]):
             r_i, z_i, n_i = projected[:, t].chunk(3, dim=-1)
             r_h, z_h, n_h = self.hidden_gates(h).chunk(3, dim=-1)
-            r = torch.sigmoid(r_i + r_h)  # GATE LINE
+            r = torch.sigmoid(r_i + r_h)
             z = torch.sigmoid(z_i + z_h)
             n = torch.tanh(n_i + r * n_h)
-            h = (1 - z) * n + z * h
+            h = (1 - z) * n + z * h  # BLEND LINE: four ops per time step, the most of any line
         return self.head(h)
 
 

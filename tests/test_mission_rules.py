@@ -128,7 +128,7 @@ def test_a_gru_cell_looped_over_time_is_a_storm_advised_nn_gru():
     finding = _storm(saved_evidence("recurrent_cell"))
     assert finding is not None and "nn.GRU" in finding.fix.summary
     assert all("torch" not in loc.file.split("/")[-2:][0] for loc in finding.locations)  # user lines only
-    assert line_of(SAMPLES / "recurrent_cell.py", "GATE LINE") in {loc.line for loc in finding.locations}
+    assert line_of(SAMPLES / "recurrent_cell.py", "BLEND LINE") in {loc.line for loc in finding.locations}
 
 
 def test_a_step_that_its_flops_and_bytes_explain_is_no_storm():

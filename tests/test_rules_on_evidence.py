@@ -57,7 +57,7 @@ EXPECTED: dict[str, dict[str, list[str]]] = {
     "oversubscribed_threads": {"cpu-threads": [], "missing-amp": []},
     "per_feature_heads": {"kernel-storm": ["one small op chain per feature"]},
     "per_tensor_adam": {"optimizer-foreach": [], "kernel-storm": []},  # the single-tensor optimizer's ops
-    "recurrent_cell": {"kernel-storm": ["GATE LINE"]},
+    "recurrent_cell": {"kernel-storm": ["BLEND LINE"]},
     "redundant_clones": {"redundant-copy": [], "missing-amp": []},
     # non-contiguous is borderline here (4.5-22% of the step across runs, around its 5%): not in this recording
     "resnet_style": {"missing-amp": ["self.conv1(x)"], "channels-last": [], "optimizer-foreach": []},
