@@ -97,13 +97,15 @@ def _measure_in_child(findings: list[Finding], spec: dict, options: AuditOptions
     started = time.monotonic()
     measured = MeasuredFixes()
     verified: list[Finding] = []
-    for finding in findings:
+    for index, finding in enumerate(findings):
         left = options.budget - (time.monotonic() - started)
-        if left < MIN_CHILD_BUDGET_S:
+        # an equal share of what is left for each fix still to measure, and one for all of them together
+        share = left / (len(findings) - index + (1 if len(findings) > 1 else 0))
+        if share < MIN_CHILD_BUDGET_S:
             measured.results[finding.id] = Verification(
                 status="skipped", device=spec.get("device", ""), note=f"verification budget spent (--budget {options.budget:g} s)")
             continue
-        outcome = _child(spec, [finding], left, options, progress, together=False)
+        outcome = _child(spec, [finding], share, options, progress, together=False)
         if isinstance(outcome, str):
             measured.results[finding.id] = Verification(status="fix-failed", note=outcome)
             continue

@@ -155,8 +155,13 @@ def test_healthy_and_big_operator_models_are_no_storm():
 def test_kernel_storm_fix_torch_compile_is_measured_on_cpu():
     finding = _storm(saved_evidence("activation_chain"))
     verdict = verify_sample("activation_chain", finding, "kernel-storm", seconds=6)
-    assert verdict.speedup is not None and verdict.samples > 0  # measured, whatever this CPU's verdict
-    assert verdict.max_rel_error is not None and verdict.max_rel_error <= 1e-4 and verdict.compile_s is not None
+    assert verdict.max_rel_error is not None and verdict.compile_s is not None  # compiled, run, compared
+    if verdict.status == "numerics-failed":
+        # seen with inductor forced to its AVX2 code path on an AVX-512 machine: the compiled chain
+        # returned NaN; advisor must then refuse to time it, whatever the speed
+        assert verdict.speedup is None and "outputs differ" in verdict.note
+    else:
+        assert verdict.speedup is not None and verdict.samples > 0 and verdict.max_rel_error <= 1e-4
 
 
 def test_launch_bound_gpu_trace_is_flagged_and_a_busy_gpu_is_not():
