@@ -1,4 +1,4 @@
-"""The command line: ``advisor audit``, ``analyze``, ``diff``, ``rules [explain SLUG]``."""
+"""The command line: ``advisor audit``, ``run``, ``analyze``, ``diff``, ``rules [explain SLUG]``."""
 
 from __future__ import annotations
 
@@ -92,6 +92,42 @@ def audit(model_file, out_dir, formats, mode, device, timeout, rule_dirs, settin
     stem = os.path.splitext(os.path.basename(model_file))[0]
     result.written = write_reports(result.report, out_dir, stem, chosen)
     print_problems(result.report, model_file, debug)
+    print_summary(result.report, result.written)
+    sys.exit(result.exit_code(fail_on))
+
+
+@cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+@_report_options
+@click.option("--warmup-steps", type=click.IntRange(min=0), default=3, show_default=True,
+              help="Steps the script runs before timing starts.")
+@click.option("--steps", type=click.IntRange(min=2), default=20, show_default=True, help="Steps timed profiler-free.")
+@click.option("--full", is_flag=True, help="Let the script finish after the window (default: stop it).")
+@click.option("--timeout", type=click.FloatRange(min=1), default=300, show_default=True,
+              help="Seconds the script may run before it is stopped.")
+@click.option("--quiet", is_flag=True, help="No progress on stderr.")
+@click.option("--debug", is_flag=True, help="Show tracebacks of failures.")
+def run(command, out_dir, formats, rule_dirs, settings, disabled, fail_on, warmup_steps, steps, full, timeout,
+        quiet, debug) -> None:
+    """Audit an unmodified script: advisor run [OPTIONS] -- python train.py --its --args"""
+    from advisor.run.audit import RunOptions, run_script
+
+    chosen = _formats(formats)
+    options = RunOptions(command=tuple(command), out_dir=out_dir, formats=chosen, warmup_steps=warmup_steps,
+                         steps=steps, full=full, timeout=timeout, rule_dirs=tuple(rule_dirs),
+                         settings=tuple(settings), disabled=tuple(disabled), fail_on=fail_on)
+    script = options.script
+    if script.endswith(".py") and not os.path.isfile(script):
+        _fail(f"{script}: no such file; advisor run runs the command after --, e.g. advisor run -- python train.py")
+    progress = (lambda text: None) if quiet else (lambda text: click.echo(f"[advisor] {text}", err=True))
+    try:
+        result = run_script(options, progress)
+    except SettingError as bad:
+        _fail(str(bad), debug)
+    except Exception as unexpected:  # noqa: BLE001 - a clear line, not a traceback
+        _fail(f"{script}: internal error in advisor: {type(unexpected).__name__}: {unexpected}", debug)
+    result.written = write_reports(result.report, out_dir, options.stem, chosen)
+    print_problems(result.report, script, debug)
     print_summary(result.report, result.written)
     sys.exit(result.exit_code(fail_on))
 

@@ -169,6 +169,8 @@ class DataLoaderInfo(BaseModel):
     batch_ms_median: float | None = None
     batch_ms_samples: list[float] = Field(default_factory=list)
     batch_bytes: int | None = Field(default=None, description="bytes of tensors in the first batch")
+    measured_in_loop: bool = Field(default=False, description="batch times are the waits of the user's own loop "
+                                                              "(advisor run): already what the step waits, workers or not")
     batches_per_epoch: int | None = None
     source_file: str = Field(default="", description="the dataset's __getitem__ (user code) or get_dataloader")
     source_line: int = 0
@@ -182,8 +184,11 @@ class CallSite(BaseModel):
     line: int
     code: str = ""
     runtime: bool = Field(description="seen running inside the audited step (False: found in the source text)")
-    count: int = Field(default=1, description="calls in one step (runtime) or occurrences in the source")
-    ms: float = Field(default=0.0, description="time spent in these calls during one step (runtime)")
+    count: float = Field(default=1, description="calls per step (runtime: the mean over the watched steps) or "
+                                                "occurrences in the source")
+    ms: float = Field(default=0.0, description="time spent in these calls per step (runtime, mean over the watched steps)")
+    steps_watched: int = Field(default=1, description="steps watched at runtime (advisor run watches several: a "
+                                                      "checkpoint every k steps costs 1/k of its time per step)")
     arguments: dict[str, str] = Field(default_factory=dict, description="selected arguments, as text")
 
 

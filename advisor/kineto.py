@@ -36,6 +36,8 @@ STEP_PREFIX = "ProfilerStep#"
 OPTIMIZER_STEP_PREFIX = "Optimizer.step#"  # torch.optim's record_function around every step()
 
 HOST_CATEGORIES = frozenset({"cpu_op", "user_annotation", "python_function"})
+# torch's DataLoader marks each batch it produces with this range: ops inside it load data
+LOADER_RANGE = "enumerate(DataLoader)#"
 _NO_ARGS: dict = {}
 
 
@@ -155,6 +157,8 @@ def _nest_host_events(trace: Trace, host_events: list[tuple[int, float, float, s
             if call is not None:
                 trace.calls.append(call)
                 stack.append((end, "call", len(trace.calls) - 1))
+        elif cat == "user_annotation" and name.startswith(LOADER_RANGE):
+            stack.append((end, "loading", None))
         elif cat == "python_function":
             frame = _user_frame(name)
             if frame is not None:
@@ -190,6 +194,8 @@ def _attach_to_context(trace: Trace, op: Op, stack: list[tuple[float, str, Any]]
             call.ops.append(len(trace.ops))
         elif kind == "frame" and op.src is None and op.call is None:
             op.src = payload
+        elif kind == "loading":
+            op.loading = True
     if parent_op is not None:
         parent_op.self_dur -= op.dur
 

@@ -36,6 +36,7 @@ class Op:
     input_types: list | tuple = ()
     input_strides: list | tuple = ()
     concrete_inputs: list | tuple = ()  # scalar arguments as text ("False", "[1, 2]")
+    loading: bool = False  # run by a DataLoader producing a batch (inside its enumerate(DataLoader) range)
 
 
 @dataclass(slots=True)
@@ -167,10 +168,12 @@ class Trace:
         return busy, gaps
 
     def step_ops(self) -> list[Op]:
-        """Ops inside a profiled step (all ops when the trace has no step markers)."""
+        """Ops inside a profiled step (all ops when the trace has no step markers), less those a
+        DataLoader ran to produce a batch: loading is the data's share, judged apart (a loop's
+        step, under advisor run, spans its next batch)."""
         if not self.steps:
-            return self.ops
-        return [o for o in self.ops if o.step is not None]
+            return [o for o in self.ops if not o.loading]
+        return [o for o in self.ops if o.step is not None and not o.loading]
 
     def enclosing_op(self, tid: int | None, ts: float) -> Op | None:
         """The innermost CPU op on thread ``tid`` running at ``ts`` (e.g. around a CUDA API call).

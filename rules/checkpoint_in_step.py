@@ -54,7 +54,7 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     share = min(1.0, save_ms / step_ms) if step_ms else None
     yield Finding(
         severity=Severity.HIGH if share is not None and share >= th.high_share else Severity.MEDIUM,
-        message=(f"torch.save runs {sum(s.count for s in sites)} time(s) inside the step, taking {save_ms:.3g} ms"
+        message=(f"torch.save runs {sum(s.count for s in sites):g} time(s) per step, taking {save_ms:.3g} ms"
                  + (f" ({share:.0%} of the step)" if share is not None else "")
                  + ": the step waits while the file is written"),
         impact=share,

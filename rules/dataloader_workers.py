@@ -70,7 +70,8 @@ def _too_few_workers(ev: Evidence, data: DataLoaderInfo, step_ms: float, th: Thr
     if batch_ms < th.min_batch_ms:
         return  # cheap batches: workers would add IPC cost for nothing
     # With workers the measured time is the pool's throughput, overlapped with the step.
-    wait_ms = batch_ms if data.num_workers == 0 else max(0.0, batch_ms - step_ms)
+    # A wait measured in the user's own loop (advisor run) is already the exposed part.
+    wait_ms = batch_ms if data.num_workers == 0 or data.measured_in_loop else max(0.0, batch_ms - step_ms)
     share = wait_ms / (wait_ms + step_ms)
     if share < th.min_share:
         return

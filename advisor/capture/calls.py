@@ -53,22 +53,34 @@ def _watched() -> dict[Any, tuple[str, tuple[str, ...]]]:
     return {function.__code__: entry for function, entry in unwrapped.items() if hasattr(function, "__code__")}
 
 
-def watch_step_calls(target: Target) -> list[CallSite]:
-    """Watched calls made from user code while one step runs, then those found in the source."""
-    from advisor.step import make_step, run_user_step
+class CallWatcher:
+    """While entered, records each watched call made from user code (on this thread): its line,
+    count, kept arguments and time. ``sites(path)`` adds the calls found in ``path``'s source."""
 
-    watched = _watched()
-    counts: Counter[tuple[str, str, int]] = Counter()
-    seconds: Counter[tuple[str, str, int]] = Counter()
-    arguments: dict[tuple[str, str, int], dict[str, str]] = {}
-    running: dict[int, tuple[tuple[str, str, int], float]] = {}
+    def __init__(self) -> None:
+        self.watched = _watched()
+        self.counts: Counter[tuple[str, str, int]] = Counter()
+        self.seconds: Counter[tuple[str, str, int]] = Counter()
+        self.arguments: dict[tuple[str, str, int], dict[str, str]] = {}
+        self.running: dict[int, tuple[tuple[str, str, int], float]] = {}
+        self.previous = None
 
-    def profile(frame, event, arg):
+    def __enter__(self) -> CallWatcher:
+        self.previous = sys.getprofile()
+        sys.setprofile(self._profile)
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        sys.setprofile(self.previous)
+        return False
+
+    def _profile(self, frame, event, arg) -> None:
+        watched = self.watched
         if frame.f_code not in watched or event not in ("call", "return"):
             return
         if event == "return":
-            if (started := running.pop(id(frame), None)) is not None:
-                seconds[started[0]] += time.perf_counter() - started[1]
+            if (started := self.running.pop(id(frame), None)) is not None:
+                self.seconds[started[0]] += time.perf_counter() - started[1]
             return
         api, keep = watched[frame.f_code]
         if frame.f_back is not None and frame.f_back.f_code in watched:
@@ -77,25 +89,29 @@ def watch_step_calls(target: Target) -> list[CallSite]:
         if where is None:
             return  # torch or advisor calling its own API (the harness's zero_grad): not the user's
         key = (api, *where)
-        counts[key] += 1
-        arguments[key] = {name: repr(frame.f_locals.get(name)) for name in keep if name in frame.f_locals}
-        running[id(frame)] = (key, time.perf_counter())
+        self.counts[key] += 1
+        self.arguments[key] = {name: repr(frame.f_locals.get(name)) for name in keep if name in frame.f_locals}
+        self.running[id(frame)] = (key, time.perf_counter())
+
+    def sites(self, source_path: str, steps: int = 1) -> list[CallSite]:
+        """Per-step figures over the ``steps`` watched, then the calls written in the source."""
+        sites = [CallSite(api=api, file=file, line=line, code=linecache.getline(file, line).strip(), runtime=True,
+                          count=round(count / steps, 4), arguments=self.arguments.get((api, file, line), {}),
+                          ms=round(self.seconds[(api, file, line)] * 1000 / steps, 4), steps_watched=steps)
+                 for (api, file, line), count in self.counts.items()]
+        seen = {(site.api, site.file, site.line) for site in sites}
+        return sites + [site for site in static_sites(source_path) if (site.api, site.file, site.line) not in seen]
+
+
+def watch_step_calls(target: Target) -> list[CallSite]:
+    """Watched calls made from user code while one step runs, then those found in the source."""
+    from advisor.step import make_step, run_user_step
 
     step = make_step(target, *target.fresh())
     run_user_step("calls", target, step)  # the first step pays lazy initialisation: not the steady state
-    previous = sys.getprofile()
-    sys.setprofile(profile)
-    try:
+    with CallWatcher() as watcher:
         run_user_step("calls", target, step)
-    finally:
-        sys.setprofile(previous)
-    sites = [CallSite(api=api, file=file, line=line, code=linecache.getline(file, line).strip(), runtime=True,
-                      count=count, arguments=arguments.get((api, file, line), {}),
-                      ms=round(seconds[(api, file, line)] * 1000, 4))
-             for (api, file, line), count in counts.items()]
-    seen = {(site.api, site.file, site.line) for site in sites}
-    sites += [site for site in static_sites(target.path) if (site.api, site.file, site.line) not in seen]
-    return sites
+    return watcher.sites(target.path)
 
 
 # Calls recognised in the source text, by the last dotted names of the callee. Only calls whose

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import torch
+
 from advisor.evidence import TargetInfo
 from advisor.feed import describe
 from advisor.target import Target, batch_size, describe_inputs
@@ -9,27 +13,35 @@ from advisor.target import Target, batch_size, describe_inputs
 
 def describe_target(target: Target) -> TargetInfo:
     """The TargetInfo of a loaded target (its user objects are read, never changed)."""
-    dtypes: dict[str, int] = {}
-    for parameter in target.model.parameters():
-        key = str(parameter.dtype).replace("torch.", "")
-        dtypes[key] = dtypes.get(key, 0) + parameter.numel()
-    info = TargetInfo(
-        model_file=target.path, model_class=type(target.model).__qualname__, mode=target.mode,
-        device=str(target.device), training_flag=target.model.training,
-        param_count=sum(dtypes.values()), param_dtypes=dtypes,
-        input_summary=describe_inputs(target.inputs), batch_size=batch_size(target.inputs),
-        has_dataloader=target.get_dataloader is not None,
-    )
+    info = TargetInfo(model_file=target.path, mode=target.mode, device=str(target.device),
+                      input_summary=describe_inputs(target.inputs), batch_size=batch_size(target.inputs),
+                      has_dataloader=target.get_dataloader is not None)
+    describe_model(info, target.model)
     source = target.prepare_feed()
     info.input_source, info.input_note = source.source, source.note
     if source.source == "loader":
         info.batch_summary = describe(source.pairs[0][1])
-    for module in target.model.modules():
-        name = type(module).__qualname__
-        info.module_types[name] = info.module_types.get(name, 0) + 1
     if target.mode == "train" and target.get_optimizer is not None:
         _, _, optimizer = target.fresh()
-        info.optimizer = type(optimizer).__name__
-        info.optimizer_param_tensors = sum(len(group["params"]) for group in optimizer.param_groups)
-        info.optimizer_options = {k: v for k, v in optimizer.defaults.items() if isinstance(v, (bool, int, float, str, type(None)))}
+        describe_optimizer(info, optimizer)
     return info
+
+
+def describe_model(info: TargetInfo, model: torch.nn.Module) -> None:
+    """Class, parameter count and dtypes, training flag and module census of ``model``, into ``info``."""
+    dtypes: dict[str, int] = {}
+    for parameter in model.parameters():
+        key = str(parameter.dtype).replace("torch.", "")
+        dtypes[key] = dtypes.get(key, 0) + parameter.numel()
+    info.model_class = type(model).__qualname__
+    info.training_flag = model.training
+    info.param_count, info.param_dtypes = sum(dtypes.values()), dtypes
+    for module in model.modules():
+        name = type(module).__qualname__
+        info.module_types[name] = info.module_types.get(name, 0) + 1
+
+
+def describe_optimizer(info: TargetInfo, optimizer: Any) -> None:
+    info.optimizer = type(optimizer).__name__
+    info.optimizer_param_tensors = sum(len(group["params"]) for group in optimizer.param_groups)
+    info.optimizer_options = {k: v for k, v in optimizer.defaults.items() if isinstance(v, (bool, int, float, str, type(None)))}

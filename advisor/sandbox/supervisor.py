@@ -85,9 +85,9 @@ def run_capture(
         finished = _follow(child, read_fd, run, timeout, progress)
     finally:
         os.close(read_fd)
-        _end(child, graceful=finished)
-    run.stdout = _tail(stdout_path)
-    run.stderr = _tail(stderr_path)
+        end_process_group(child, graceful=finished)
+    run.stdout = output_tail(stdout_path)
+    run.stderr = output_tail(stderr_path)
     return run
 
 
@@ -172,7 +172,7 @@ def _crash_error(stage: str, returncode: int | None) -> StageError:
     return StageError(stage=stage, kind="crash", message=cause + "; the model was not run again")
 
 
-def _end(child: subprocess.Popen, graceful: bool) -> None:
+def end_process_group(child: subprocess.Popen, graceful: bool) -> None:
     if graceful and child.poll() is None:
         try:
             child.wait(timeout=5)  # a worker that sent "exit" is shutting down
@@ -186,7 +186,7 @@ def _end(child: subprocess.Popen, graceful: bool) -> None:
         child.wait()
 
 
-def _tail(path: str) -> str:
+def output_tail(path: str) -> str:
     try:
         with open(path, "rb") as handle:
             data = handle.read()

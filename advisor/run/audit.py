@@ -1,0 +1,153 @@
+"""``advisor run``: one audit of an unmodified script, through the shared report assembly."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import statistics
+from dataclasses import dataclass
+from typing import Callable
+
+from advisor.assembly import assemble_report
+from advisor.engine import RuleConfig
+from advisor.errors import StageError
+from advisor.evidence import CallSite, DataLoaderInfo, Environment, Evidence, TargetInfo
+from advisor.kineto import TraceFormatError, parse_trace
+from advisor.pipeline import AuditResult
+from advisor.report.model import ModelOutput, StageRecord, VerificationSettings
+from advisor.run.launch import ScriptRun, discard, launch
+from advisor.timing import summarize
+
+_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+)')
+
+
+@dataclass
+class RunOptions:
+    command: tuple[str, ...]
+    out_dir: str = "reports"
+    formats: tuple[str, ...] = ("html", "json")
+    warmup_steps: int = 3
+    steps: int = 20
+    profile_steps: int = 3
+    full: bool = False
+    timeout: float = 300.0
+    rule_dirs: tuple[str, ...] = ()
+    settings: tuple[str, ...] = ()
+    disabled: tuple[str, ...] = ()
+    fail_on: str = "high"
+
+    @property
+    def script(self) -> str:
+        """The first .py argument: what the report is named after and pinned to."""
+        found = next((part for part in self.command if part.endswith(".py")), self.command[0])
+        return os.path.abspath(found) if found.endswith(".py") else found
+
+    @property
+    def stem(self) -> str:
+        return os.path.splitext(os.path.basename(self.script))[0]
+
+
+def run_script(options: RunOptions, progress: Callable[[str], None] = lambda text: None,
+               rules: RuleConfig | None = None) -> AuditResult:
+    rules = rules or RuleConfig.load(options.rule_dirs, options.settings, options.disabled)
+    os.makedirs(options.out_dir, exist_ok=True)
+    window = {"warmup_steps": options.warmup_steps, "steps": options.steps, "profile_steps": options.profile_steps,
+              "full": options.full, "script": options.script}
+    progress(f"running {' '.join(options.command)}")
+    run = launch(list(options.command), window, options.timeout, progress)
+    try:
+        evidence, errors, notes = evidence_of(run, options)
+        trace_kept = _keep_trace(run, options)
+    finally:
+        discard(run)
+    report = assemble_report(
+        evidence, rules, errors=errors, stages=_stages(run, evidence, notes),
+        output=ModelOutput(stdout=run.stdout, stderr=run.stderr),
+        verification=VerificationSettings(enabled=False, note="fixes found by advisor run are not verified yet: "
+                                          "audit the model with a model file to measure them"),
+        run_rules=evidence.timing is not None,
+    )
+    if report.trace is not None and trace_kept:
+        report.trace.file = os.path.basename(trace_kept)
+    return AuditResult(report=report, evidence=evidence)
+
+
+def evidence_of(run: ScriptRun, options: RunOptions) -> tuple[Evidence, list[StageError], list[str]]:
+    errors = list(run.errors)
+    notes: list[str] = []
+    target = TargetInfo(model_file=options.script)
+    if (described := run.read("target.json")) is not None:
+        target = TargetInfo.model_validate(described)
+    evidence = Evidence(target=target)
+    if (env := run.read("env.json")) is not None:
+        evidence.env = Environment.model_validate(env)
+    window = run.read("window.json")
+    if errors:
+        return evidence, errors, notes
+    if run.read("installed.json") is None:
+        errors.append(_script_error(run, options, "the script never imported torch, so there is no step to audit"))
+        return evidence, errors, notes
+    if window is None:
+        if run.timed_out:
+            seen = run.read("progress.json")
+            message = (f"no optimizer step and no forward seen in {options.timeout:g} s; use --step-marker"
+                       if seen is None else f"the step window did not finish in {options.timeout:g} s "
+                                            "(--timeout); lower --steps or raise --timeout")
+            errors.append(StageError(stage="timing", kind="timeout", message=message))
+        else:
+            errors.append(_script_error(run, options, "the script ended before its first step"))
+        return evidence, errors, notes
+    samples = window["samples_ms"]
+    if window.get("ended_early"):
+        notes.append(f"the script ended after {window['steps_seen']} step(s), before the window's end; audited on the "
+                     "steps it ran")
+    elif window.get("stopped"):
+        notes.append(f"the script was stopped after {window['steps_seen']} steps (the window's end); --full lets it finish")
+    if not samples:
+        errors.append(StageError(stage="timing", kind="user-code", message=(
+            f"the script ran {window['steps_seen']} step(s), not more than the {window['warmup_steps']} warm-up "
+            "step(s): nothing was timed; lower --warmup-steps")))
+        return evidence, errors, notes
+    evidence.timing = summarize(samples, "perf_counter", window["warmup_steps"])
+    if window["data_wait_ms"] and any(window["data_wait_ms"]):
+        notes.append(f"the loop waited {statistics.median(window['data_wait_ms']):.3g} ms per step for data "
+                     "(median; the step time excludes it, the data rules judge it)")
+    if (data := run.read("data.json")) is not None:
+        evidence.data = DataLoaderInfo.model_validate(data)
+        evidence.target.has_dataloader = True
+    if (calls := run.read("calls.json")) is not None:
+        evidence.calls = [CallSite.model_validate(site) for site in calls["sites"]]
+    if run.trace_path is not None:
+        try:
+            evidence.trace = parse_trace(run.trace_path)
+        except TraceFormatError as broken:
+            errors.append(StageError(stage="trace", kind="unsupported", message=str(broken)))
+    return evidence, errors, notes
+
+
+def _script_error(run: ScriptRun, options: RunOptions, what: str) -> StageError:
+    """The script's own failure: its traceback's last frame in the user's files, and the error line."""
+    tail = [line for line in run.stderr.strip().splitlines() if line.strip()]
+    frames = [m for m in _FRAME.finditer(run.stderr) if "site-packages" not in m.group("file")]
+    file, line = (frames[-1].group("file"), int(frames[-1].group("line"))) if frames else ("", 0)
+    code = f" (exit code {run.returncode})" if run.returncode not in (None, 0) else ""
+    said = f": {tail[-1]}" if tail else ""
+    return StageError(stage="load", kind="user-code", file=file, line=line, message=f"{what}{code}{said}")
+
+
+def _keep_trace(run: ScriptRun, options: RunOptions) -> str | None:
+    if run.trace_path is None:
+        return None
+    kept = os.path.join(options.out_dir, f"{options.stem}.trace.json.gz")
+    shutil.copyfile(run.trace_path, kept)
+    return kept
+
+
+def _stages(run: ScriptRun, evidence: Evidence, notes: list[str]) -> list[StageRecord]:
+    return [
+        StageRecord(stage="script", status="ok" if run.returncode in (0, None) and not run.timed_out else "error",
+                    seconds=round(run.seconds, 3), note="; ".join(notes)),
+        StageRecord(stage="timing", status="ok" if evidence.timing is not None else "skipped"),
+        StageRecord(stage="trace", status="ok" if evidence.trace is not None else "skipped"),
+    ]

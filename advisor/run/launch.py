@@ -1,0 +1,89 @@
+"""Run the user's command with the bootstrap, and turn what the step window wrote into Evidence.
+
+The command runs as given (same cwd, environment, argv) in its own process group, with
+PYTHONPATH led by ``boot/`` (its sitecustomize) and advisor's own root; stdin is closed, so a
+script that reads it sees end-of-file instead of waiting forever. At the end the whole group is
+ended: DataLoader workers and other children are never left running.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import advisor
+from advisor.errors import StageError
+from advisor.sandbox.supervisor import end_process_group, output_tail
+
+BOOT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "boot")
+ADVISOR_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(advisor.__file__)))
+
+
+@dataclass
+class ScriptRun:
+    """What one run of the script left: the window's files, its output, how it ended."""
+
+    command: list[str]
+    scratch: str
+    returncode: int | None = None
+    timed_out: bool = False
+    seconds: float = 0.0
+    stdout: str = ""
+    stderr: str = ""
+    errors: list[StageError] = field(default_factory=list)
+
+    def read(self, name: str) -> dict | None:
+        path = os.path.join(self.scratch, name)
+        if not os.path.exists(path):
+            return None
+        with open(path, encoding="utf-8") as handle:
+            return json.load(handle)
+
+    @property
+    def trace_path(self) -> str | None:
+        path = os.path.join(self.scratch, "trace.json.gz")
+        return path if os.path.exists(path) else None
+
+
+def launch(command: list[str], window: dict, timeout: float, progress: Callable[[str], None] = lambda t: None) -> ScriptRun:
+    """Run ``command`` under the bootstrap until it ends, the window stops it, or ``timeout``."""
+    scratch = tempfile.mkdtemp(prefix="advisor-run-")
+    run = ScriptRun(command=list(command), scratch=scratch)
+    spec_path = os.path.join(scratch, "spec.json")
+    with open(spec_path, "w", encoding="utf-8") as handle:
+        json.dump({**window, "out_dir": scratch}, handle)
+    env = {key: value for key, value in os.environ.items() if key != "ADVISOR_RUN_OWNER"}
+    env["ADVISOR_RUN_SPEC"] = spec_path
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (BOOT_DIR, ADVISOR_ROOT, env.get("PYTHONPATH", "")) if p)
+    stdout_path, stderr_path = os.path.join(scratch, "stdout.txt"), os.path.join(scratch, "stderr.txt")
+    began = time.monotonic()
+    with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
+        try:
+            child = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=env,
+                                     start_new_session=True)
+        except (FileNotFoundError, PermissionError) as missing:
+            run.errors.append(StageError(stage="load", kind="user-code",
+                                         message=f"cannot start {command[0]!r}: {missing.strerror or missing}"))
+            return run
+        try:
+            run.returncode = child.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            run.timed_out = True
+        except KeyboardInterrupt:
+            end_process_group(child, graceful=False)
+            raise
+        finally:
+            end_process_group(child, graceful=not run.timed_out)
+    run.seconds = time.monotonic() - began
+    run.stdout, run.stderr = output_tail(stdout_path), output_tail(stderr_path)
+    return run
+
+
+def discard(run: ScriptRun) -> None:
+    shutil.rmtree(run.scratch, ignore_errors=True)

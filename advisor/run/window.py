@@ -1,0 +1,288 @@
+"""The step window, inside the script's process: step boundaries, timing, profiling, data wait.
+
+A step ends at each optimizer step (torch's global optimizer step post hook: one per step even
+with several optimizers, whose steps run back to back) or, in a script with no optimizer, at
+each call of the outermost module's forward. After ``warmup`` steps, ``steps`` steps are timed
+profiler-free, then ``profile_steps`` more are profiled (timing and profiling never mixed). The
+results go to the spec's folder; the script is then stopped unless ``full``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib.abc
+import importlib.util
+import json
+import os
+import statistics
+import sys
+import time
+from typing import Any
+
+OPTIMIZER = "optimizer"
+FORWARD = "forward"
+
+
+def install_when_torch_loads(spec_path: str) -> None:
+    """Install the window right after ``import torch`` completes (the script may never import it)."""
+    with open(spec_path, encoding="utf-8") as handle:
+        spec = json.load(handle)
+    if "torch" in sys.modules:
+        StepWindow(spec).install()
+        return
+    sys.meta_path.insert(0, _TorchWatcher(spec))
+
+
+class _TorchWatcher(importlib.abc.MetaPathFinder):
+    def __init__(self, spec: dict):
+        self.spec = spec
+
+    def find_spec(self, name: str, path: Any, target: Any = None):
+        if name != "torch":
+            return None
+        sys.meta_path.remove(self)
+        found = importlib.util.find_spec(name)
+        if found is None or found.loader is None:
+            return found
+        load = found.loader.exec_module
+        spec = self.spec
+
+        def exec_module(module):
+            load(module)
+            StepWindow(spec).install()
+        found.loader.exec_module = exec_module
+        return found
+
+
+class StepWindow:
+    def __init__(self, spec: dict):
+        self.out = spec["out_dir"]
+        self.warmup = int(spec.get("warmup_steps", 3))
+        self.steps = int(spec.get("steps", 20))
+        self.profile_steps = int(spec.get("profile_steps", 3))
+        self.call_steps = int(spec.get("call_steps", 10))
+        self.full = bool(spec.get("full", False))
+        self.owner = os.getpid()
+        self.count = 0
+        self.kind: str | None = None
+        self.last: float | None = None
+        self.samples_ms: list[float] = []
+        self.data_wait_ms: list[float] = []
+        self.waiting = 0.0
+        self.profiler = None
+        self.step_range = None
+        self.annotator = None
+        self.done = False
+        self.depth = 0
+        self.script = spec.get("script", "")
+        self.outermost: dict[int, list] = {}  # id -> [module, calls, first inputs described]
+        self.optimizers: dict[int, Any] = {}
+        self.loaders: dict[int, Any] = {}
+        self.calls = None  # the CallWatcher of the step after the profiled ones
+
+    # --- boundaries -------------------------------------------------------------------------
+    def install(self) -> None:
+        import torch
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+        from torch.utils.data import dataloader
+
+        register_optimizer_step_post_hook(self._after_optimizer_step)
+        torch.nn.modules.module.register_module_forward_pre_hook(self._enter_forward)
+        torch.nn.modules.module.register_module_forward_hook(self._leave_forward)
+        original_next = dataloader._BaseDataLoaderIter.__next__
+        original_iter = dataloader.DataLoader.__iter__
+        window = self
+
+        def recorded_iter(loader):
+            if os.getpid() == window.owner:
+                window.loaders[id(loader)] = loader
+            return original_iter(loader)
+        dataloader.DataLoader.__iter__ = recorded_iter
+
+        def timed_next(iterator):
+            began = time.perf_counter()
+            try:
+                return original_next(iterator)
+            finally:
+                window.waiting += time.perf_counter() - began
+        dataloader._BaseDataLoaderIter.__next__ = timed_next
+        atexit.register(self.on_exit)
+        self.write("installed.json", {"pid": self.owner})
+
+    def _after_optimizer_step(self, optimizer, args, kwargs) -> None:
+        if os.getpid() == self.owner:
+            self.optimizers.setdefault(id(optimizer), optimizer)
+        self.boundary(OPTIMIZER)
+
+    def _enter_forward(self, module, args):
+        if self.depth == 0 and os.getpid() == self.owner:
+            seen = self.outermost.setdefault(id(module), [module, 0, None])
+            seen[1] += 1
+            if seen[2] is None:
+                from advisor.feed import describe
+
+                seen[2] = [describe(a) for a in args]
+        self.depth += 1
+
+    def _leave_forward(self, module, args, output):
+        self.depth -= 1
+        if self.depth == 0 and self.kind != OPTIMIZER:
+            self.boundary(FORWARD)  # inference: each outermost forward is a step, until an optimizer steps
+
+    def boundary(self, kind: str) -> None:
+        if os.getpid() != self.owner or self.done:
+            return
+        if kind == OPTIMIZER and self.kind == FORWARD and self.profiler is None:
+            self._restart()  # forwards came first (an evaluation pass), but this script trains: count optimizer steps
+        if self.kind is None or kind == OPTIMIZER and self.profiler is None:
+            self.kind = kind
+        if kind != self.kind:
+            return
+        self._synchronize()
+        now = time.perf_counter()
+        self.count += 1
+        if self.count == 1:
+            self.write("progress.json", {"kind": self.kind, "first_step_s": time.monotonic()})
+        timed_end = self.warmup + self.steps
+        if self.warmup < self.count <= timed_end and self.last is not None:
+            # the step as audit times it: compute, without the wait for the next batch (the data's share)
+            self.samples_ms.append((now - self.last - self.waiting) * 1000)
+            self.data_wait_ms.append(self.waiting * 1000)
+        if self.count == timed_end:
+            self._start_profiler()
+        elif timed_end < self.count <= timed_end + self.profile_steps:
+            self._next_profiled_step(self.count - timed_end)
+        elif self.calls is not None and self.count >= timed_end + self.profile_steps + self.call_steps:
+            self._write_calls(self.call_steps)
+            self.finish(stopped=not self.full)
+        self.waiting = 0.0
+        self.last = time.perf_counter()
+
+    def _restart(self) -> None:
+        self.count, self.last, self.kind = 0, None, None
+        self.samples_ms.clear()
+        self.data_wait_ms.clear()
+
+    def on_exit(self) -> None:
+        """The script ended before the window did: keep what was measured, and say so."""
+        if os.getpid() != self.owner or self.done:
+            return
+        if self.profiler is not None:
+            self.step_range.__exit__(None, None, None)
+            self.annotator.__exit__(None, None, None)
+            self.profiler.__exit__(None, None, None)
+            self.profiler = None  # a partial profile has fewer steps than asked: not kept
+        if self.calls is not None:
+            watched = self.count - (self.warmup + self.steps + self.profile_steps)
+            if watched > 0:
+                self._write_calls(watched)
+        self.finish(stopped=False, ended_early=True)
+
+    # --- profiling ----------------------------------------------------------------------------
+    def _start_profiler(self) -> None:
+        import torch
+        from torch.profiler import ProfilerActivity, profile, record_function
+
+        from advisor.capture.sources import SourceAnnotator
+        from advisor.kineto import ANNOTATED_MARKER
+
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+        self.profiler = profile(activities=activities, record_shapes=True, with_stack=True)
+        self.profiler.__enter__()
+        with record_function(ANNOTATED_MARKER):
+            pass
+        self.annotator = SourceAnnotator()
+        self.annotator.__enter__()
+        self.step_range = record_function("ProfilerStep#0")
+        self.step_range.__enter__()
+
+    def _next_profiled_step(self, finished: int) -> None:
+        from torch.profiler import record_function
+
+        self.step_range.__exit__(None, None, None)
+        if finished < self.profile_steps:
+            self.step_range = record_function(f"ProfilerStep#{finished}")
+            self.step_range.__enter__()
+            return
+        self.annotator.__exit__(None, None, None)
+        self.profiler.__exit__(None, None, None)
+        self.profiler.export_chrome_trace(os.path.join(self.out, "trace.json.gz"))
+        self.profiler = None
+        from advisor.capture.calls import CallWatcher
+
+        self.calls = CallWatcher().__enter__()  # a few more steps, watched for torch.save, zero_grad, ...
+
+    def the_model(self) -> tuple[Any, list[str]]:
+        """The module whose parameters the optimizer updates, else the outermost module called most."""
+        if not self.outermost:
+            return None, []
+        updated = {id(p) for o in self.optimizers.values() for g in o.param_groups for p in g["params"]}
+
+        def rank(entry: list) -> tuple:
+            module, calls, _ = entry
+            return (sum(1 for p in module.parameters() if id(p) in updated), calls)
+        module, _, inputs = max(self.outermost.values(), key=rank)
+        return module, inputs or []
+
+    def describe(self) -> None:
+        """The model, optimizer and environment as the script set them up (target.json, env.json)."""
+        import torch
+
+        from advisor.capture.describe import describe_model, describe_optimizer
+        from advisor.capture.env import capture_environment
+        from advisor.evidence import TargetInfo
+
+        model, inputs = self.the_model()
+        parameter = next(model.parameters(), None) if model is not None else None
+        device = parameter.device if parameter is not None else torch.device("cpu")
+        info = TargetInfo(model_file=self.script, mode="train" if self.kind == OPTIMIZER else "inference",
+                          device=str(device), input_summary=inputs)
+        if model is not None:
+            describe_model(info, model)
+        if self.optimizers:
+            describe_optimizer(info, next(iter(self.optimizers.values())))
+        self.write("target.json", json.loads(info.model_dump_json()))
+        if self.loaders:
+            from advisor.capture.data import describe_loader
+
+            loader = next(iter(self.loaders.values()))
+            data = describe_loader(loader, fallback_source=(self.script, 0))
+            waits = self.data_wait_ms
+            if waits:
+                data.batches_measured = len(waits) + 1
+                data.batch_ms_samples = waits
+                data.batch_ms_median = statistics.median(waits)
+                data.measured_in_loop = True
+            self.write("data.json", json.loads(data.model_dump_json()))
+        self.write("env.json", json.loads(capture_environment(device).model_dump_json()))
+
+    def finish(self, stopped: bool, ended_early: bool = False) -> None:
+        self.done = True
+        try:
+            self.describe()
+        except Exception as failure:  # noqa: BLE001 - what was measured is still written
+            self.write("describe_error.json", {"message": f"{type(failure).__name__}: {failure}"})
+        self.write("window.json", {"kind": self.kind, "steps_seen": self.count, "samples_ms": self.samples_ms,
+                                   "data_wait_ms": self.data_wait_ms, "stopped": stopped,
+                                   "ended_early": ended_early, "warmup_steps": self.warmup})
+        if stopped:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(0)
+
+    def _write_calls(self, steps: int) -> None:
+        self.calls.__exit__(None, None, None)
+        self.write("calls.json", {"sites": [site.model_dump() for site in self.calls.sites(self.script, steps)]})
+        self.calls = None
+
+    def _synchronize(self) -> None:
+        import torch
+
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            torch.cuda.synchronize()
+
+    def write(self, name: str, payload: dict) -> None:
+        path = os.path.join(self.out, name)
+        with open(path + ".tmp", "w", encoding="utf-8") as handle:
+            json.dump(payload, handle)
+        os.replace(path + ".tmp", path)
