@@ -9,6 +9,8 @@ parser attributes the operators inside each span to that line.
 
 from __future__ import annotations
 
+import os
+import sys
 from typing import Any
 
 import torch
@@ -34,6 +36,9 @@ def api_name(func: Any) -> str:
     return name
 
 
+_OPTIMIZER_CODE = os.path.join(os.path.dirname(torch.__file__), "optim") + os.sep
+
+
 class SourceAnnotator(TorchFunctionMode):
     """Wraps each outermost torch call from user code in a source-line profiler range."""
 
@@ -42,6 +47,8 @@ class SourceAnnotator(TorchFunctionMode):
         name = api_name(func)
         if name.rsplit(".", 1)[-1] in _QUIET:
             return func(*args, **kwargs)
+        if sys._getframe(1).f_code.co_filename.startswith(_OPTIMIZER_CODE):
+            return func(*args, **kwargs)  # an optimizer's own work (Adam's step-count .item()): torch's, not a user call
         where = user_frame(2)
         if where is None:
             return func(*args, **kwargs)

@@ -12,7 +12,7 @@ from typing import Callable
 from advisor.assembly import assemble_report
 from advisor.engine import RuleConfig
 from advisor.errors import StageError
-from advisor.evidence import CallSite, DataLoaderInfo, Environment, Evidence, TargetInfo
+from advisor.evidence import CallSite, DataLoaderInfo, Environment, Evidence, GraphCapture, TargetInfo
 from advisor.kineto import TraceFormatError, parse_trace
 from advisor.pipeline import AuditResult
 from advisor.report.model import ModelOutput, StageRecord, VerificationSettings
@@ -88,7 +88,7 @@ def evidence_of(run: ScriptRun, options: RunOptions) -> tuple[Evidence, list[Sta
     if run.read("installed.json") is None:
         errors.append(_script_error(run, options, "the script never imported torch, so there is no step to audit"))
         return evidence, errors, notes
-    if window is None:
+    if window is None or not window["steps_seen"]:
         if run.timed_out:
             seen = run.read("progress.json")
             message = (f"no optimizer step and no forward seen in {options.timeout:g} s; use --step-marker"
@@ -113,9 +113,15 @@ def evidence_of(run: ScriptRun, options: RunOptions) -> tuple[Evidence, list[Sta
     if window["data_wait_ms"] and any(window["data_wait_ms"]):
         notes.append(f"the loop waited {statistics.median(window['data_wait_ms']):.3g} ms per step for data "
                      "(median; the step time excludes it, the data rules judge it)")
+    if (skipped := run.read("profile_skipped.json")) is not None:
+        errors.append(StageError(stage="trace", kind="unsupported", message=skipped["reason"]))
     if (data := run.read("data.json")) is not None:
         evidence.data = DataLoaderInfo.model_validate(data)
         evidence.target.has_dataloader = True
+    if (graph := run.read("graph.json")) is not None:
+        evidence.graph = GraphCapture.model_validate(graph)
+    elif (failure := run.read("graph_error.json")) is not None:
+        evidence.graph_error = failure["message"]
     if (calls := run.read("calls.json")) is not None:
         evidence.calls = [CallSite.model_validate(site) for site in calls["sites"]]
     if run.trace_path is not None:

@@ -78,6 +78,7 @@ class StepWindow:
         self.outermost: dict[int, list] = {}  # id -> [module, calls, first inputs described]
         self.optimizers: dict[int, Any] = {}
         self.loaders: dict[int, Any] = {}
+        self.first_inputs: dict[int, tuple] = {}  # the arguments of each outermost module's first call
         self.calls = None  # the CallWatcher of the step after the profiled ones
 
     # --- boundaries -------------------------------------------------------------------------
@@ -119,9 +120,13 @@ class StepWindow:
             seen = self.outermost.setdefault(id(module), [module, 0, None])
             seen[1] += 1
             if seen[2] is None:
+                from torch.utils._pytree import tree_map
+
                 from advisor.feed import describe
 
                 seen[2] = [describe(a) for a in args]
+                self.first_inputs[id(module)] = tree_map(
+                    lambda v: v.detach().clone() if hasattr(v, "detach") else v, args)
         self.depth += 1
 
     def _leave_forward(self, module, args, output):
@@ -183,6 +188,13 @@ class StepWindow:
         import torch
         from torch.profiler import ProfilerActivity, profile, record_function
 
+        if torch.autograd.profiler._is_profiler_enabled:  # the script profiles itself: sessions cannot nest
+            self.write("profile_skipped.json", {"reason": "the script runs its own torch.profiler during the window; "
+                                                          "profilers cannot nest, so advisor did not profile it"})
+            self.profile_steps = 0
+            self._watch_calls()
+            return
+
         from advisor.capture.sources import SourceAnnotator
         from advisor.kineto import ANNOTATED_MARKER
 
@@ -208,6 +220,9 @@ class StepWindow:
         self.profiler.__exit__(None, None, None)
         self.profiler.export_chrome_trace(os.path.join(self.out, "trace.json.gz"))
         self.profiler = None
+        self._watch_calls()
+
+    def _watch_calls(self) -> None:
         from advisor.capture.calls import CallWatcher
 
         self.calls = CallWatcher().__enter__()  # a few more steps, watched for torch.save, zero_grad, ...
@@ -239,6 +254,7 @@ class StepWindow:
                           device=str(device), input_summary=inputs)
         if model is not None:
             describe_model(info, model)
+            self._capture_graph(model)
         if self.optimizers:
             describe_optimizer(info, next(iter(self.optimizers.values())))
         self.write("target.json", json.loads(info.model_dump_json()))
@@ -255,6 +271,22 @@ class StepWindow:
                 data.measured_in_loop = True
             self.write("data.json", json.loads(data.model_dump_json()))
         self.write("env.json", json.loads(capture_environment(device).model_dump_json()))
+
+    def _capture_graph(self, model: Any) -> None:
+        """Dynamo's view of the model, on a deep copy, with the inputs of its first real call."""
+        import copy
+
+        from advisor.capture.graph import capture_call
+
+        inputs = self.first_inputs.get(id(model))
+        if inputs is None:
+            return
+        try:
+            capture = capture_call(copy.deepcopy(model), tuple(inputs), {})
+        except Exception as failure:  # noqa: BLE001 - graph rules are then blind, and the report says why
+            self.write("graph_error.json", {"message": f"{type(failure).__name__}: {str(failure).splitlines()[0][:300]}"})
+            return
+        self.write("graph.json", json.loads(capture.model_dump_json()))
 
     def finish(self, stopped: bool, ended_early: bool = False) -> None:
         self.done = True

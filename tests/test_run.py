@@ -1,0 +1,122 @@
+"""advisor run: unmodified scripts audited at their own lines, and the failures of bad input."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+
+from advisor.run.audit import RunOptions, run_script
+from conftest import SAMPLES, line_of, write_model
+
+SCRIPTS = SAMPLES / "scripts"
+pytestmark = pytest.mark.slow
+
+
+def _run(script, tmp_path, *args, **options):
+    return run_script(RunOptions(command=(sys.executable, str(script), *args), out_dir=str(tmp_path), **options))
+
+
+def _lines(report, slug: str) -> set[int]:
+    return {loc.line for f in report.findings if f.slug == slug for loc in f.locations}
+
+
+def test_a_training_script_gets_its_findings_at_its_own_lines(tmp_path):
+    script = SCRIPTS / "train_loop.py"
+    report = _run(script, tmp_path).report
+    assert report.errors == [] and report.target.mode == "train" and report.target.optimizer == "SGD"
+    assert report.timing is not None and len(report.timing.samples_ms) == 20 and report.trace is not None
+    assert {f.slug for f in report.findings} == {"dataloader-workers", "checkpoint-in-step", "host-sync", "zero-grad"}
+    assert line_of(script, "ITEM LINE") in _lines(report, "host-sync")
+    assert line_of(script, "SAVE LINE") in _lines(report, "checkpoint-in-step")
+    assert line_of(script, "ZERO GRAD LINE") in _lines(report, "zero-grad")
+    assert line_of(script, "def __getitem__") in _lines(report, "dataloader-workers")
+    [save] = [f for f in report.findings if f.slug == "checkpoint-in-step"]
+    assert save.evidence["saves_per_step"] == pytest.approx(0.2)  # every 5th step, over 10 watched steps
+    assert "stopped after" in report.stages[0].note  # the window's end stops the script by default
+
+
+def test_an_inference_script_that_forgot_eval(tmp_path):
+    script = SCRIPTS / "infer_loop.py"
+    report = _run(script, tmp_path).report
+    assert report.errors == [] and report.target.mode == "inference" and report.target.training_flag is True
+    assert {f.slug for f in report.findings} == {"train-mode-inference", "host-sync"}
+    assert line_of(script, "NUMPY LINE") in _lines(report, "host-sync")
+
+
+def test_a_clean_script_is_silent_and_optimizer_internals_are_not_the_users_syncs(tmp_path):
+    report = _run(SCRIPTS / "clean_train.py", tmp_path).report  # AdamW's own .item() on step counts
+    assert report.errors == [] and report.findings == []
+
+
+def test_the_cli_writes_the_reports_named_after_the_script(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "advisor", "run", "--out", str(tmp_path), "--quiet", "--",
+                           sys.executable, str(SCRIPTS / "train_loop.py"), "--epochs", "1"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1, done.stderr  # HIGH findings, --fail-on high
+    assert (tmp_path / "train_loop.html").exists() and (tmp_path / "train_loop.trace.json.gz").exists()
+    assert "checkpoint-in-step" in done.stdout and "Traceback" not in done.stderr
+
+
+def test_a_script_that_ends_before_the_window_is_audited_on_the_steps_it_ran(tmp_path):
+    report = _run(SCRIPTS / "clean_train.py", tmp_path, steps=100).report  # 60 steps in all
+    assert report.errors == [] and report.timing is not None and len(report.timing.samples_ms) == 57
+    assert "ended after 60 step(s)" in report.stages[0].note
+
+
+@pytest.mark.parametrize("source, expected", [
+    ("import torch\nraise ValueError('bad config')  # CRASH LINE\n", "ValueError: bad config"),
+    ("print('no torch here')\n", "never imported torch"),
+])
+def test_a_script_that_fails_before_its_first_step_is_one_clear_error(tmp_path, source, expected):
+    path = write_model(tmp_path, source, name="script.py")
+    result = _run(path, tmp_path / "out")
+    [error] = result.report.errors
+    assert expected in error.message and result.exit_code("high") == 2
+    if "CRASH" in source:
+        assert error.file == str(path) and error.line == 2
+
+
+def test_no_step_within_the_timeout_names_step_marker_and_leaves_nothing_running(tmp_path):
+    path = write_model(tmp_path, """
+        import time, torch
+        from torch.utils.data import DataLoader, TensorDataset
+        loader = DataLoader(TensorDataset(torch.zeros(64, 2)), batch_size=2, num_workers=2)
+        while True:  # no optimizer, no module forward: no step ever
+            for batch in loader:
+                time.sleep(0.2)
+    """, name="waits.py")
+    began = time.monotonic()
+    result = _run(path, tmp_path / "out", timeout=8)
+    assert time.monotonic() - began < 30
+    [error] = result.report.errors
+    assert error.kind == "timeout" and "use --step-marker" in error.message
+    time.sleep(0.5)
+    left = subprocess.run(["pgrep", "-f", str(path)], capture_output=True, text=True)
+    assert left.stdout.strip() == ""  # the script and its loader workers are gone
+
+
+def test_a_missing_script_is_a_clear_cli_error(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "advisor", "run", "--", sys.executable, str(tmp_path / "nope.py")],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "nope.py: no such file" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_script_that_profiles_itself_is_timed_but_not_profiled_again(tmp_path):
+    path = write_model(tmp_path, """
+        import torch
+        model = torch.nn.Linear(32, 32)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        with torch.profiler.profile() as prof:  # its own profiler, around the whole loop
+            for _ in range(60):
+                model(torch.randn(8, 32)).sum().backward()
+                optimizer.step()
+                optimizer.zero_grad()
+        print("done")
+    """, name="profiled.py")
+    report = _run(path, tmp_path / "out").report
+    assert report.timing is not None and report.trace is None
+    [skipped] = [e for e in report.errors if e.stage == "trace"]
+    assert skipped.kind == "unsupported" and "profilers cannot nest" in skipped.message
