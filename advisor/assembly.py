@@ -21,7 +21,7 @@ from advisor.rule import Finding, Severity, Verification
 from advisor.verify.plan import MeasuredFixes, plan_verification
 
 # Failures of these kinds leave the audit incomplete (exit 2); "unsupported" ones are noted only.
-FAILING_KINDS = ("user-code", "timeout", "crash", "internal")
+FAILING_KINDS = ("user-code", "timeout", "crash", "internal", "interrupted")
 
 
 def assemble_report(

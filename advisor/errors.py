@@ -19,7 +19,7 @@ class StageError(BaseModel):
     """What went wrong in one stage, in the user's terms; goes into the report."""
 
     stage: str
-    kind: str  # user-code | timeout | crash | unsupported | internal
+    kind: str  # user-code | timeout | crash | unsupported | internal | interrupted
     message: str
     file: str = ""
     line: int = 0

@@ -36,6 +36,8 @@ class RunOptions:
     settings: tuple[str, ...] = ()
     disabled: tuple[str, ...] = ()
     fail_on: str = "high"
+    show_output: bool = False
+    step_marker: str = ""
 
     @property
     def script(self) -> str:
@@ -53,9 +55,9 @@ def run_script(options: RunOptions, progress: Callable[[str], None] = lambda tex
     rules = rules or RuleConfig.load(options.rule_dirs, options.settings, options.disabled)
     os.makedirs(options.out_dir, exist_ok=True)
     window = {"warmup_steps": options.warmup_steps, "steps": options.steps, "profile_steps": options.profile_steps,
-              "full": options.full, "script": options.script}
+              "full": options.full, "script": options.script, "step_marker": options.step_marker}
     progress(f"running {' '.join(options.command)}")
-    run = launch(list(options.command), window, options.timeout, progress)
+    run = launch(list(options.command), window, options.timeout, progress, show_output=options.show_output)
     try:
         evidence, errors, notes = evidence_of(run, options)
         trace_kept = _keep_trace(run, options)
@@ -83,12 +85,18 @@ def evidence_of(run: ScriptRun, options: RunOptions) -> tuple[Evidence, list[Sta
     if (env := run.read("env.json")) is not None:
         evidence.env = Environment.model_validate(env)
     window = run.read("window.json")
-    if errors:
+    if run.interrupted:
+        errors.append(StageError(stage="script", kind="interrupted", message=(
+            f"interrupted (Ctrl-C) after {window['steps_seen'] if window else 0} step(s); the report holds "
+            "what was measured until then")))
+    if errors and not run.interrupted:
         return evidence, errors, notes
     if run.read("installed.json") is None:
         errors.append(_script_error(run, options, "the script never imported torch, so there is no step to audit"))
         return evidence, errors, notes
     if window is None or not window["steps_seen"]:
+        if run.interrupted:
+            return evidence, errors, notes
         if run.timed_out:
             seen = run.read("progress.json")
             message = (f"no optimizer step and no forward seen in {options.timeout:g} s; use --step-marker"

@@ -11,8 +11,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
+import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -22,6 +25,7 @@ from advisor.errors import StageError
 from advisor.sandbox.supervisor import end_process_group, output_tail
 
 BOOT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "boot")
+INTERRUPT_GRACE_S = 3.0
 ADVISOR_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(advisor.__file__)))
 
 
@@ -36,6 +40,7 @@ class ScriptRun:
     seconds: float = 0.0
     stdout: str = ""
     stderr: str = ""
+    interrupted: bool = False  # Ctrl-C: the script was asked to stop, and what it measured is kept
     errors: list[StageError] = field(default_factory=list)
 
     def read(self, name: str) -> dict | None:
@@ -51,7 +56,8 @@ class ScriptRun:
         return path if os.path.exists(path) else None
 
 
-def launch(command: list[str], window: dict, timeout: float, progress: Callable[[str], None] = lambda t: None) -> ScriptRun:
+def launch(command: list[str], window: dict, timeout: float, progress: Callable[[str], None] = lambda t: None,
+           show_output: bool = False) -> ScriptRun:
     """Run ``command`` under the bootstrap until it ends, the window stops it, or ``timeout``."""
     scratch = tempfile.mkdtemp(prefix="advisor-run-")
     run = ScriptRun(command=list(command), scratch=scratch)
@@ -64,25 +70,52 @@ def launch(command: list[str], window: dict, timeout: float, progress: Callable[
     stdout_path, stderr_path = os.path.join(scratch, "stdout.txt"), os.path.join(scratch, "stderr.txt")
     began = time.monotonic()
     with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
+        pipe = subprocess.PIPE if show_output else None
         try:
-            child = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=env,
-                                     start_new_session=True)
+            child = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=pipe or out, stderr=pipe or err,
+                                     env=env, start_new_session=True)
         except (FileNotFoundError, PermissionError) as missing:
             run.errors.append(StageError(stage="load", kind="user-code",
                                          message=f"cannot start {command[0]!r}: {missing.strerror or missing}"))
             return run
+        copiers = [_tee(child.stdout, out, sys.stdout.buffer), _tee(child.stderr, err, sys.stderr.buffer)] \
+            if show_output else []
         try:
             run.returncode = child.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             run.timed_out = True
         except KeyboardInterrupt:
-            end_process_group(child, graceful=False)
-            raise
+            run.interrupted = True
+            _interrupt(child)
         finally:
             end_process_group(child, graceful=not run.timed_out)
+            for copier in copiers:
+                copier.join(timeout=5)
     run.seconds = time.monotonic() - began
     run.stdout, run.stderr = output_tail(stdout_path), output_tail(stderr_path)
     return run
+
+
+def _interrupt(child: subprocess.Popen) -> None:
+    """Pass Ctrl-C on to the script (its own session does not get the terminal's), so it can end
+    and the step window can write what it measured; the group is ended after a grace period."""
+    try:
+        os.killpg(child.pid, signal.SIGINT)
+        child.wait(timeout=INTERRUPT_GRACE_S)
+    except (ProcessLookupError, PermissionError, subprocess.TimeoutExpired, KeyboardInterrupt):
+        pass
+
+
+def _tee(source, file, terminal) -> threading.Thread:
+    """Copy the script's output to its file and to advisor's own terminal as it comes (--show-output)."""
+    def copy() -> None:
+        for chunk in iter(lambda: source.read1(65536), b""):
+            file.write(chunk)
+            terminal.write(chunk)
+            terminal.flush()
+    thread = threading.Thread(target=copy, daemon=True)
+    thread.start()
+    return thread
 
 
 def discard(run: ScriptRun) -> None:

@@ -21,6 +21,7 @@ from typing import Any
 
 OPTIMIZER = "optimizer"
 FORWARD = "forward"
+MARKER = "marker"  # --step-marker: each return of the named function ends a step
 
 
 def install_when_torch_loads(spec_path: str) -> None:
@@ -75,6 +76,9 @@ class StepWindow:
         self.done = False
         self.depth = 0
         self.script = spec.get("script", "")
+        self.marker = spec.get("step_marker") or ""
+        if self.marker:
+            self.kind = MARKER
         self.outermost: dict[int, list] = {}  # id -> [module, calls, first inputs described]
         self.optimizers: dict[int, Any] = {}
         self.loaders: dict[int, Any] = {}
@@ -88,8 +92,8 @@ class StepWindow:
         from torch.utils.data import dataloader
 
         register_optimizer_step_post_hook(self._after_optimizer_step)
-        torch.nn.modules.module.register_module_forward_pre_hook(self._enter_forward)
-        torch.nn.modules.module.register_module_forward_hook(self._leave_forward)
+        self.hooks = [torch.nn.modules.module.register_module_forward_pre_hook(self._enter_forward),
+                      torch.nn.modules.module.register_module_forward_hook(self._leave_forward)]
         original_next = dataloader._BaseDataLoaderIter.__next__
         original_iter = dataloader.DataLoader.__iter__
         window = self
@@ -108,7 +112,40 @@ class StepWindow:
                 window.waiting += time.perf_counter() - began
         dataloader._BaseDataLoaderIter.__next__ = timed_next
         atexit.register(self.on_exit)
+        if self.marker:
+            self._find_marker()
         self.write("installed.json", {"pid": self.owner})
+
+    def _find_marker(self) -> None:
+        """Wrap the --step-marker function (``qualname`` in the script, or ``module:qualname``) at its
+        first call: a profile function watches calls only until then, so the window costs nothing after."""
+        module, _, qualname = self.marker.rpartition(":")
+        window = self
+
+        def wrap(function):
+            def marked(*args, **kwargs):
+                try:
+                    return function(*args, **kwargs)
+                finally:
+                    window.boundary(MARKER)
+            marked.__wrapped__ = function
+            return marked
+
+        def watch(frame, event, arg):
+            code = frame.f_code
+            if event != "call" or code.co_qualname != qualname:
+                return
+            if module and frame.f_globals.get("__name__") != module:
+                return
+            sys.setprofile(None)
+            owner_name, _, attribute = qualname.rpartition(".")
+            owner = frame.f_globals.get(owner_name) if owner_name else None
+            if owner_name and owner is not None and hasattr(owner, attribute):
+                setattr(owner, attribute, wrap(getattr(owner, attribute)))
+            elif not owner_name and qualname in frame.f_globals:
+                frame.f_globals[qualname] = wrap(frame.f_globals[qualname])  # later calls; this one is a warm-up
+
+        sys.setprofile(watch)
 
     def _after_optimizer_step(self, optimizer, args, kwargs) -> None:
         if os.getpid() == self.owner:
@@ -136,6 +173,8 @@ class StepWindow:
 
     def boundary(self, kind: str) -> None:
         if os.getpid() != self.owner or self.done:
+            return
+        if self.marker and kind != MARKER:
             return
         if kind == OPTIMIZER and self.kind == FORWARD and self.profiler is None:
             self._restart()  # forwards came first (an evaluation pass), but this script trains: count optimizer steps
@@ -290,6 +329,8 @@ class StepWindow:
 
     def finish(self, stopped: bool, ended_early: bool = False) -> None:
         self.done = True
+        for hook in getattr(self, "hooks", []):
+            hook.remove()  # the window is over (and Dynamo, capturing the graph, warns about global hooks)
         try:
             self.describe()
         except Exception as failure:  # noqa: BLE001 - what was measured is still written
