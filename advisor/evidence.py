@@ -199,7 +199,8 @@ class RoutingGroup(BaseModel):
     module_type: str
     tokens: list[int] = Field(description="tokens routed to each member over the measured forwards")
     forwards: int = Field(description="forward passes measured")
-    source: str = Field(description="'dataloader' (real batches) or 'synthetic' (get_inputs())")
+    source: str = Field(description="'dataloader' (real batches), 'script' (the inputs of a script's own first "
+                                    "forwards, advisor run) or 'synthetic' (get_inputs())")
     file: str = Field(default="", description="where the members are called (else the member class)")
     line: int = 0
     router: str = Field(default="", description="the layer seen routing tokens to the group, when one was")

@@ -64,7 +64,7 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
         if ratio < th.max_over_mean and not idle:
             continue
         busiest = max(range(len(group.tokens)), key=group.tokens.__getitem__)
-        synthetic = group.source != "dataloader"
+        synthetic = group.source == "synthetic"
         yield Finding(
             message=(f"experts in {group.path} ({len(group.tokens)} x {group.module_type}) are unevenly loaded: "
                      f"expert {busiest} gets {ratio:.1f}x the mean ({max(group.tokens)} of {total} tokens)"
@@ -72,7 +72,8 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
                         + (", …" if len(idle) > 8 else "") + ")" if idle else "")
                      + (f", routed by {group.router}" if group.router else "")
                      + (" — measured on get_inputs(), synthetic data: production routing may differ" if synthetic
-                        else f" — measured on {group.forwards} real batches from the data loader")),
+                        else f" — measured on {group.forwards} real batches from the data loader"
+                        if group.source == "dataloader" else f" — measured on {group.forwards} batches of the script's own run")),
             evidence={"experts": len(group.tokens), "tokens_per_expert": group.tokens,
                       "max_over_mean": round(ratio, 3), "idle_experts": idle, "busiest": busiest,
                       "measured_on": group.source, "forwards": group.forwards, "router": group.router or None},

@@ -173,3 +173,13 @@ def test_a_step_marker_names_the_step_of_a_script_with_no_optimizer_and_no_modul
     report = _run(path, tmp_path / "b", step_marker="simulate").report
     assert report.errors == [] and report.timing is not None and len(report.timing.samples_ms) == 20
     assert report.trace is not None and report.trace.steps_profiled == 3
+
+
+def test_moe_routing_is_measured_on_the_scripts_own_batches(tmp_path):
+    script = SCRIPTS / "moe_serve.py"
+    report = _run(script, tmp_path).report
+    assert report.errors == [] and {f.slug for f in report.findings} == {"moe-imbalance", "host-sync"}
+    [moe] = [f for f in report.findings if f.slug == "moe-imbalance"]
+    assert moe.evidence["router"] == "gate" and moe.evidence["measured_on"] == "script"
+    assert moe.evidence["idle_experts"] == [1, 2, 3, 4, 5, 6, 7] and "script's own run" in moe.message
+    assert line_of(script, "DISPATCH LINE") in _lines(report, "moe-imbalance")

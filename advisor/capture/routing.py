@@ -14,7 +14,7 @@ depends on the data), otherwise ``get_inputs()``, and the evidence says which.
 from __future__ import annotations
 
 import inspect
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 from torch.utils._pytree import tree_flatten
@@ -41,11 +41,18 @@ def sibling_groups(model: torch.nn.Module) -> dict[str, list[torch.nn.Module]]:
 
 def measure_routing(target: Target) -> list[RoutingGroup]:
     model, feed, _ = target.fresh()
+    batches = [inputs for inputs, _ in feed.items]  # the loader's real batches when the file has one
+    source = "dataloader" if target.feed_source.source == "loader" else "synthetic"
+    return route(model, batches, source,
+                 lambda batch: call_user("routing", target.path, "the model's forward", call_model, model, batch))
+
+
+def route(model: torch.nn.Module, batches: list[Any], source: str,
+          forward: Callable[[Any], Any]) -> list[RoutingGroup]:
+    """Tokens per member of each sibling group of ``model`` (a copy) over ``forward(batch)`` calls."""
     groups = sibling_groups(model)
     if not groups:
         return []
-    batches = [inputs for inputs, _ in feed.items]  # the loader's real batches when the file has one
-    source = "dataloader" if target.feed_source.source == "loader" else "synthetic"
     tokens = {path: [0] * len(members) for path, members in groups.items()}
     varied: set[str] = set()
     seen_this_forward: dict[str, dict[int, int]] = {path: {} for path in groups}
@@ -68,7 +75,7 @@ def measure_routing(target: Target) -> list[RoutingGroup]:
             for batch in batches:
                 for counts in seen_this_forward.values():
                     counts.clear()
-                call_user("routing", target.path, "the model's forward", call_model, model, batch)
+                forward(batch)
                 watch.forget_outputs()
                 for path, counts in seen_this_forward.items():
                     if len(set(counts.values())) > 1:

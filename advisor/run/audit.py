@@ -12,7 +12,7 @@ from typing import Callable
 from advisor.assembly import assemble_report
 from advisor.engine import RuleConfig
 from advisor.errors import StageError
-from advisor.evidence import CallSite, DataLoaderInfo, Environment, Evidence, GraphCapture, TargetInfo
+from advisor.evidence import CallSite, DataLoaderInfo, Environment, Evidence, GraphCapture, RoutingGroup, TargetInfo
 from advisor.kineto import TraceFormatError, parse_trace
 from advisor.pipeline import AuditResult
 from advisor.report.model import ModelOutput, StageRecord, VerificationSettings
@@ -130,6 +130,8 @@ def evidence_of(run: ScriptRun, options: RunOptions) -> tuple[Evidence, list[Sta
         evidence.graph = GraphCapture.model_validate(graph)
     elif (failure := run.read("graph_error.json")) is not None:
         evidence.graph_error = failure["message"]
+    if (routing := run.read("routing.json")) is not None:
+        evidence.routing = [RoutingGroup.model_validate(group) for group in routing["groups"]]
     if (calls := run.read("calls.json")) is not None:
         evidence.calls = [CallSite.model_validate(site) for site in calls["sites"]]
     if run.trace_path is not None:

@@ -22,6 +22,7 @@ from typing import Any
 OPTIMIZER = "optimizer"
 FORWARD = "forward"
 MARKER = "marker"  # --step-marker: each return of the named function ends a step
+ROUTED_BATCHES = 4  # real batches fed again to a copy of the model to count tokens per expert
 
 
 def install_when_torch_loads(spec_path: str) -> None:
@@ -83,6 +84,7 @@ class StepWindow:
         self.optimizers: dict[int, Any] = {}
         self.loaders: dict[int, Any] = {}
         self.first_inputs: dict[int, tuple] = {}  # the arguments of each outermost module's first call
+        self.batches: dict[int, list] = {}  # the arguments of its first few calls: real batches, for routing
         self.calls = None  # the CallWatcher of the step after the profiled ones
 
     # --- boundaries -------------------------------------------------------------------------
@@ -156,6 +158,11 @@ class StepWindow:
         if self.depth == 0 and os.getpid() == self.owner:
             seen = self.outermost.setdefault(id(module), [module, 0, None])
             seen[1] += 1
+            recorded = self.batches.setdefault(id(module), [])
+            if len(recorded) < ROUTED_BATCHES and self.count <= self.warmup:
+                from torch.utils._pytree import tree_map
+
+                recorded.append(tree_map(lambda v: v.detach().clone() if hasattr(v, "detach") else v, args))
             if seen[2] is None:
                 from torch.utils._pytree import tree_map
 
@@ -294,6 +301,7 @@ class StepWindow:
         if model is not None:
             describe_model(info, model)
             self._capture_graph(model)
+            self._measure_routing(model)
         if self.optimizers:
             describe_optimizer(info, next(iter(self.optimizers.values())))
         self.write("target.json", json.loads(info.model_dump_json()))
@@ -326,6 +334,23 @@ class StepWindow:
             self.write("graph_error.json", {"message": f"{type(failure).__name__}: {str(failure).splitlines()[0][:300]}"})
             return
         self.write("graph.json", json.loads(capture.model_dump_json()))
+
+    def _measure_routing(self, model: Any) -> None:
+        """Tokens per expert on the script's own batches (those of its first steps), on a copy."""
+        import copy
+
+        from advisor.capture.routing import route
+
+        batches = self.batches.get(id(model)) or []
+        if not batches:
+            return
+        twin = copy.deepcopy(model)
+        try:
+            groups = route(twin, batches, "dataloader" if self.loaders else "script", lambda args: twin(*args))
+        except Exception as failure:  # noqa: BLE001 - routing is evidence for one rule, never the run's end
+            self.write("routing_error.json", {"message": f"{type(failure).__name__}: {failure}"})
+            return
+        self.write("routing.json", {"groups": [json.loads(g.model_dump_json()) for g in groups]})
 
     def finish(self, stopped: bool, ended_early: bool = False) -> None:
         self.done = True
