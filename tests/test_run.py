@@ -183,3 +183,19 @@ def test_moe_routing_is_measured_on_the_scripts_own_batches(tmp_path):
     assert moe.evidence["router"] == "gate" and moe.evidence["measured_on"] == "script"
     assert moe.evidence["idle_experts"] == [1, 2, 3, 4, 5, 6, 7] and "script's own run" in moe.message
     assert line_of(script, "DISPATCH LINE") in _lines(report, "moe-imbalance")
+
+
+def test_the_scripts_own_profiler_steps_are_its_step_boundaries(tmp_path):
+    path = write_model(tmp_path, """
+        import torch
+        model = torch.nn.Linear(32, 32).eval()
+        schedule = torch.profiler.schedule(wait=100, warmup=1, active=1)  # records nothing in this window
+        with torch.profiler.profile(schedule=schedule) as prof, torch.no_grad():
+            for _ in range(60):
+                for _ in range(3):  # three forwards per step: the script says where its steps end
+                    model(torch.randn(8, 32))
+                prof.step()
+    """, name="profiled_steps.py")
+    report = _run(path, tmp_path / "out").report
+    assert report.timing is not None and len(report.timing.samples_ms) == 20
+    assert "each of the script's own prof.step() calls" in report.stages[0].note

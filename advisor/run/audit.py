@@ -19,6 +19,8 @@ from advisor.report.model import ModelOutput, StageRecord, VerificationSettings
 from advisor.run.launch import ScriptRun, discard, launch
 from advisor.timing import summarize
 
+STEP_KINDS = {"optimizer": "each optimizer step", "forward": "each call of the outermost module",
+              "profiler-step": "each of the script's own prof.step() calls", "marker": "each return of --step-marker"}
 _FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+)')
 
 
@@ -107,6 +109,7 @@ def evidence_of(run: ScriptRun, options: RunOptions) -> tuple[Evidence, list[Sta
             errors.append(_script_error(run, options, "the script ended before its first step"))
         return evidence, errors, notes
     samples = window["samples_ms"]
+    notes.append("a step ended at " + STEP_KINDS.get(window["kind"], str(window["kind"])))
     if window.get("ended_early"):
         notes.append(f"the script ended after {window['steps_seen']} step(s), before the window's end; audited on the "
                      "steps it ran")

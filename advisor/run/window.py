@@ -22,6 +22,10 @@ from typing import Any
 OPTIMIZER = "optimizer"
 FORWARD = "forward"
 MARKER = "marker"  # --step-marker: each return of the named function ends a step
+PROFILER_STEP = "profiler-step"  # the script's own prof.step() calls
+# Which boundaries win when a script shows several: optimizer steps, then the script's own
+# ProfilerStep markers, then outermost forwards (--step-marker overrides them all).
+RANK = {FORWARD: 0, PROFILER_STEP: 1, OPTIMIZER: 2, MARKER: 3}
 ROUTED_BATCHES = 4  # real batches fed again to a copy of the model to count tokens per expert
 
 
@@ -94,11 +98,18 @@ class StepWindow:
         from torch.utils.data import dataloader
 
         register_optimizer_step_post_hook(self._after_optimizer_step)
+        original_step = torch.profiler.profile.step
+        window = self
+
+        def profiler_step(profiler, *args, **kwargs):
+            result = original_step(profiler, *args, **kwargs)
+            window.boundary(PROFILER_STEP)
+            return result
+        torch.profiler.profile.step = profiler_step
         self.hooks = [torch.nn.modules.module.register_module_forward_pre_hook(self._enter_forward),
                       torch.nn.modules.module.register_module_forward_hook(self._leave_forward)]
         original_next = dataloader._BaseDataLoaderIter.__next__
         original_iter = dataloader.DataLoader.__iter__
-        window = self
 
         def recorded_iter(loader):
             if os.getpid() == window.owner:
@@ -175,17 +186,17 @@ class StepWindow:
 
     def _leave_forward(self, module, args, output):
         self.depth -= 1
-        if self.depth == 0 and self.kind != OPTIMIZER:
-            self.boundary(FORWARD)  # inference: each outermost forward is a step, until an optimizer steps
+        if self.depth == 0 and self.kind in (None, FORWARD):
+            self.boundary(FORWARD)  # inference: each outermost forward is a step, until something better shows
 
     def boundary(self, kind: str) -> None:
         if os.getpid() != self.owner or self.done:
             return
         if self.marker and kind != MARKER:
             return
-        if kind == OPTIMIZER and self.kind == FORWARD and self.profiler is None:
-            self._restart()  # forwards came first (an evaluation pass), but this script trains: count optimizer steps
-        if self.kind is None or kind == OPTIMIZER and self.profiler is None:
+        if self.kind is not None and RANK[kind] > RANK[self.kind] and self.profiler is None and self.calls is None:
+            self._restart()  # e.g. forwards came first (an evaluation pass), but this script trains: count its steps
+        if self.kind is None:
             self.kind = kind
         if kind != self.kind:
             return
