@@ -104,6 +104,9 @@ def audit(model_file, out_dir, formats, mode, device, timeout, rule_dirs, settin
 @click.option("--steps", type=click.IntRange(min=2), default=20, show_default=True, help="Steps timed profiler-free.")
 @click.option("--full", is_flag=True, help="Let the script finish after the window (default: stop it).")
 @click.option("--show-output", is_flag=True, help="Show the script's stdout and stderr as it runs.")
+@click.option("--verify/--no-verify", default=True, help="Verify injectable fixes by running the script again.")
+@click.option("--budget", type=click.FloatRange(min=0), default=120, show_default=True,
+              help="Seconds for fix verification.")
 @click.option("--step-marker", default="", metavar="QUALNAME",
               help="A function whose every return ends a step (train_step, or module:Class.method).")
 @click.option("--timeout", type=click.FloatRange(min=1), default=300, show_default=True,
@@ -111,7 +114,7 @@ def audit(model_file, out_dir, formats, mode, device, timeout, rule_dirs, settin
 @click.option("--quiet", is_flag=True, help="No progress on stderr.")
 @click.option("--debug", is_flag=True, help="Show tracebacks of failures.")
 def run(command, out_dir, formats, rule_dirs, settings, disabled, fail_on, warmup_steps, steps, full, show_output,
-        step_marker, timeout, quiet, debug) -> None:
+        step_marker, verify, budget, timeout, quiet, debug) -> None:
     """Audit an unmodified script: advisor run [OPTIONS] -- python train.py --its --args"""
     from advisor.run.audit import RunOptions, run_script
 
@@ -119,7 +122,7 @@ def run(command, out_dir, formats, rule_dirs, settings, disabled, fail_on, warmu
     options = RunOptions(command=tuple(command), out_dir=out_dir, formats=chosen, warmup_steps=warmup_steps,
                          steps=steps, full=full, timeout=timeout, rule_dirs=tuple(rule_dirs),
                          settings=tuple(settings), disabled=tuple(disabled), fail_on=fail_on, show_output=show_output,
-                         step_marker=step_marker)
+                         step_marker=step_marker, verify=verify, budget=budget)
     script = options.script
     if script.endswith(".py") and not os.path.isfile(script):
         _fail(f"{script}: no such file; advisor run runs the command after --, e.g. advisor run -- python train.py")

@@ -9,7 +9,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Callable
 
-from advisor.assembly import assemble_report
+from advisor.assembly import assemble_report, verify_findings
 from advisor.engine import RuleConfig
 from advisor.errors import StageError
 from advisor.evidence import CallSite, DataLoaderInfo, Environment, Evidence, GraphCapture, RoutingGroup, TargetInfo
@@ -17,6 +17,7 @@ from advisor.kineto import TraceFormatError, parse_trace
 from advisor.pipeline import AuditResult
 from advisor.report.model import ModelOutput, StageRecord, VerificationSettings
 from advisor.run.launch import ScriptRun, discard, launch
+from advisor.run.verify import verify_run
 from advisor.timing import summarize
 
 STEP_KINDS = {"optimizer": "each optimizer step", "forward": "each call of the outermost module",
@@ -40,6 +41,8 @@ class RunOptions:
     fail_on: str = "high"
     show_output: bool = False
     step_marker: str = ""
+    verify: bool = True
+    budget: float = 120.0
 
     @property
     def script(self) -> str:
@@ -68,10 +71,12 @@ def run_script(options: RunOptions, progress: Callable[[str], None] = lambda tex
     report = assemble_report(
         evidence, rules, errors=errors, stages=_stages(run, evidence, notes),
         output=ModelOutput(stdout=run.stdout, stderr=run.stderr),
-        verification=VerificationSettings(enabled=False, note="fixes found by advisor run are not verified yet: "
-                                          "audit the model with a model file to measure them"),
+        verification=VerificationSettings(enabled=options.verify, budget_s=options.budget),
         run_rules=evidence.timing is not None,
     )
+    if not run.interrupted:
+        verify_findings(report, rules, errors, lambda findings: verify_run(
+            list(options.command), window, findings, options.budget, options.timeout, progress))
     if report.trace is not None and trace_kept:
         report.trace.file = os.path.basename(trace_kept)
     return AuditResult(report=report, evidence=evidence)

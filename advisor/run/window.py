@@ -82,6 +82,9 @@ class StepWindow:
         self.depth = 0
         self.script = spec.get("script", "")
         self.marker = spec.get("step_marker") or ""
+        self.fixes = spec.get("fixes", [])  # verification: fixes injected into this run
+        self.measure_only = bool(spec.get("measure_only"))  # verification: time the window, nothing else
+        self.first_gradients: float | None = None  # sum of squared gradients at the first optimizer step
         if self.marker:
             self.kind = MARKER
         self.outermost: dict[int, list] = {}  # id -> [module, calls, first inputs described]
@@ -106,6 +109,9 @@ class StepWindow:
             window.boundary(PROFILER_STEP)
             return result
         torch.profiler.profile.step = profiler_step
+        from advisor.run.inject import apply
+
+        apply(self.fixes)
         self.hooks = [torch.nn.modules.module.register_module_forward_pre_hook(self._enter_forward),
                       torch.nn.modules.module.register_module_forward_hook(self._leave_forward)]
         original_next = dataloader._BaseDataLoaderIter.__next__
@@ -163,6 +169,9 @@ class StepWindow:
     def _after_optimizer_step(self, optimizer, args, kwargs) -> None:
         if os.getpid() == self.owner:
             self.optimizers.setdefault(id(optimizer), optimizer)
+            if self.first_gradients is None:
+                self.first_gradients = float(sum(float((p.grad.double() ** 2).sum()) for g in optimizer.param_groups
+                                                 for p in g["params"] if p.grad is not None))
         self.boundary(OPTIMIZER)
 
     def _enter_forward(self, module, args):
@@ -210,7 +219,9 @@ class StepWindow:
             # the step as audit times it: compute, without the wait for the next batch (the data's share)
             self.samples_ms.append((now - self.last - self.waiting) * 1000)
             self.data_wait_ms.append(self.waiting * 1000)
-        if self.count == timed_end:
+        if self.count == timed_end and self.measure_only:
+            self.finish(stopped=True)
+        elif self.count == timed_end:
             self._start_profiler()
         elif timed_end < self.count <= timed_end + self.profile_steps:
             self._next_profiled_step(self.count - timed_end)
@@ -368,12 +379,14 @@ class StepWindow:
         for hook in getattr(self, "hooks", []):
             hook.remove()  # the window is over (and Dynamo, capturing the graph, warns about global hooks)
         try:
-            self.describe()
+            if not self.measure_only:
+                self.describe()
         except Exception as failure:  # noqa: BLE001 - what was measured is still written
             self.write("describe_error.json", {"message": f"{type(failure).__name__}: {failure}"})
         self.write("window.json", {"kind": self.kind, "steps_seen": self.count, "samples_ms": self.samples_ms,
                                    "data_wait_ms": self.data_wait_ms, "stopped": stopped,
-                                   "ended_early": ended_early, "warmup_steps": self.warmup})
+                                   "ended_early": ended_early, "warmup_steps": self.warmup,
+                                   "first_gradients": self.first_gradients})
         if stopped:
             sys.stdout.flush()
             sys.stderr.flush()
