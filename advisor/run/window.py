@@ -14,7 +14,6 @@ import importlib.abc
 import importlib.util
 import json
 import os
-import statistics
 import sys
 import time
 from typing import Any
@@ -295,92 +294,15 @@ class StepWindow:
 
         self.calls = CallWatcher().__enter__()  # a few more steps, watched for torch.save, zero_grad, ...
 
-    def the_model(self) -> tuple[Any, list[str]]:
-        """The module whose parameters the optimizer updates, else the outermost module called most."""
-        if not self.outermost:
-            return None, []
-        updated = {id(p) for o in self.optimizers.values() for g in o.param_groups for p in g["params"]}
-
-        def rank(entry: list) -> tuple:
-            module, calls, _ = entry
-            return (sum(1 for p in module.parameters() if id(p) in updated), calls)
-        module, _, inputs = max(self.outermost.values(), key=rank)
-        return module, inputs or []
-
-    def describe(self) -> None:
-        """The model, optimizer and environment as the script set them up (target.json, env.json)."""
-        import torch
-
-        from advisor.capture.describe import describe_model, describe_optimizer
-        from advisor.capture.env import capture_environment
-        from advisor.evidence import TargetInfo
-
-        model, inputs = self.the_model()
-        parameter = next(model.parameters(), None) if model is not None else None
-        device = parameter.device if parameter is not None else torch.device("cpu")
-        info = TargetInfo(model_file=self.script, mode="train" if self.kind == OPTIMIZER else "inference",
-                          device=str(device), input_summary=inputs)
-        if model is not None:
-            describe_model(info, model)
-            self._capture_graph(model)
-            self._measure_routing(model)
-        if self.optimizers:
-            describe_optimizer(info, next(iter(self.optimizers.values())))
-        self.write("target.json", json.loads(info.model_dump_json()))
-        if self.loaders:
-            from advisor.capture.data import describe_loader
-
-            loader = next(iter(self.loaders.values()))
-            data = describe_loader(loader, fallback_source=(self.script, 0))
-            waits = self.data_wait_ms
-            if waits:
-                data.batches_measured = len(waits) + 1
-                data.batch_ms_samples = waits
-                data.batch_ms_median = statistics.median(waits)
-                data.measured_in_loop = True
-            self.write("data.json", json.loads(data.model_dump_json()))
-        self.write("env.json", json.loads(capture_environment(device).model_dump_json()))
-
-    def _capture_graph(self, model: Any) -> None:
-        """Dynamo's view of the model, on a deep copy, with the inputs of its first real call."""
-        import copy
-
-        from advisor.capture.graph import capture_call
-
-        inputs = self.first_inputs.get(id(model))
-        if inputs is None:
-            return
-        try:
-            capture = capture_call(copy.deepcopy(model), tuple(inputs), {})
-        except Exception as failure:  # noqa: BLE001 - graph rules are then blind, and the report says why
-            self.write("graph_error.json", {"message": f"{type(failure).__name__}: {str(failure).splitlines()[0][:300]}"})
-            return
-        self.write("graph.json", json.loads(capture.model_dump_json()))
-
-    def _measure_routing(self, model: Any) -> None:
-        """Tokens per expert on the script's own batches (those of its first steps), on a copy."""
-        import copy
-
-        from advisor.capture.routing import route
-
-        batches = self.batches.get(id(model)) or []
-        if not batches:
-            return
-        twin = copy.deepcopy(model)
-        try:
-            groups = route(twin, batches, "dataloader" if self.loaders else "script", lambda args: twin(*args))
-        except Exception as failure:  # noqa: BLE001 - routing is evidence for one rule, never the run's end
-            self.write("routing_error.json", {"message": f"{type(failure).__name__}: {failure}"})
-            return
-        self.write("routing.json", {"groups": [json.loads(g.model_dump_json()) for g in groups]})
-
     def finish(self, stopped: bool, ended_early: bool = False) -> None:
         self.done = True
         for hook in getattr(self, "hooks", []):
             hook.remove()  # the window is over (and Dynamo, capturing the graph, warns about global hooks)
         try:
             if not self.measure_only:
-                self.describe()
+                from advisor.run.describe import describe_run
+
+                describe_run(self)
         except Exception as failure:  # noqa: BLE001 - what was measured is still written
             self.write("describe_error.json", {"message": f"{type(failure).__name__}: {failure}"})
         self.write("window.json", {"kind": self.kind, "steps_seen": self.count, "samples_ms": self.samples_ms,

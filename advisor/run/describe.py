@@ -1,0 +1,96 @@
+"""What the script set up, described once its step window is over (inside its process): the model
+(the module whose parameters the optimizer updates), its optimizer, the environment, the loader,
+the model's graph on a copy with its first real inputs, and its experts' routing on its batches."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from advisor.run.window import StepWindow
+
+
+def the_model(window: StepWindow) -> tuple[Any, list[str]]:
+    """The module whose parameters the optimizer updates, else the outermost module called most."""
+    if not window.outermost:
+        return None, []
+    updated = {id(p) for o in window.optimizers.values() for g in o.param_groups for p in g["params"]}
+
+    def rank(entry: list) -> tuple:
+        module, calls, _ = entry
+        return (sum(1 for p in module.parameters() if id(p) in updated), calls)
+    module, _, inputs = max(window.outermost.values(), key=rank)
+    return module, inputs or []
+
+
+def describe_run(window: StepWindow) -> None:
+    """The model, optimizer and environment as the script set them up (target.json, env.json)."""
+    import torch
+
+    from advisor.capture.describe import describe_model, describe_optimizer
+    from advisor.capture.env import capture_environment
+    from advisor.evidence import TargetInfo
+
+    model, inputs = the_model(window)
+    parameter = next(model.parameters(), None) if model is not None else None
+    device = parameter.device if parameter is not None else torch.device("cpu")
+    info = TargetInfo(model_file=window.script, mode="train" if window.optimizers else "inference",
+                      device=str(device), input_summary=inputs)
+    if model is not None:
+        describe_model(info, model)
+        _capture_graph(window, model)
+        _measure_routing(window, model)
+    if window.optimizers:
+        describe_optimizer(info, next(iter(window.optimizers.values())))
+    window.write("target.json", json.loads(info.model_dump_json()))
+    if window.loaders:
+        from advisor.capture.data import describe_loader
+
+        loader = next(iter(window.loaders.values()))
+        data = describe_loader(loader, fallback_source=(window.script, 0))
+        waits = window.data_wait_ms
+        if waits:
+            data.batches_measured = len(waits) + 1
+            data.batch_ms_samples = waits
+            data.batch_ms_median = statistics.median(waits)
+            data.measured_in_loop = True
+        window.write("data.json", json.loads(data.model_dump_json()))
+    window.write("env.json", json.loads(capture_environment(device).model_dump_json()))
+
+
+def _capture_graph(window: StepWindow, model: Any) -> None:
+    """Dynamo's view of the model, on a deep copy, with the inputs of its first real call."""
+    import copy
+
+    from advisor.capture.graph import capture_call
+
+    inputs = window.first_inputs.get(id(model))
+    if inputs is None:
+        return
+    try:
+        capture = capture_call(copy.deepcopy(model), tuple(inputs), {})
+    except Exception as failure:  # noqa: BLE001 - graph rules are then blind, and the report says why
+        window.write("graph_error.json", {"message": f"{type(failure).__name__}: {str(failure).splitlines()[0][:300]}"})
+        return
+    window.write("graph.json", json.loads(capture.model_dump_json()))
+
+
+def _measure_routing(window: StepWindow, model: Any) -> None:
+    """Tokens per expert on the script's own batches (those of its first steps), on a copy."""
+    import copy
+
+    from advisor.capture.routing import route
+
+    batches = window.batches.get(id(model)) or []
+    if not batches:
+        return
+    twin = copy.deepcopy(model)
+    try:
+        groups = route(twin, batches, "dataloader" if window.loaders else "script", lambda args: twin(*args))
+    except Exception as failure:  # noqa: BLE001 - routing is evidence for one rule, never the run's end
+        window.write("routing_error.json", {"message": f"{type(failure).__name__}: {failure}"})
+        return
+    window.write("routing.json", {"groups": [json.loads(g.model_dump_json()) for g in groups]})
+
