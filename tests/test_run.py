@@ -211,3 +211,22 @@ def test_injectable_fixes_are_verified_by_running_the_script_again(tmp_path):
     assert zero.max_rel_error is not None and zero.max_rel_error <= 1e-4  # same gradients at the first step
     assert "asynchronous save" in save.note
     assert by_slug["host-sync"].status == "not-verifiable-here"
+
+
+@pytest.mark.parametrize("ending, expected", [
+    ("    if step == 12:\n        sys.exit(0)  # a script that ends itself mid-run\n", "ended after 12 step(s)"),
+    ("    if step == 12:\n        line = sys.stdin.readline()  # waits for input: stdin is closed, it gets ''\n"
+     "        assert line == ''\n", "stopped after"),
+])
+def test_a_script_that_exits_or_reads_stdin_mid_run(tmp_path, ending, expected):
+    source = ("import sys, torch\n"
+              "model = torch.nn.Linear(16, 16)\n"
+              "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+              "for step in range(1, 80):\n"
+              "    model(torch.randn(4, 16)).sum().backward()\n"
+              "    optimizer.step()\n"
+              "    optimizer.zero_grad()\n" + ending)
+    path = write_model(tmp_path, source, name="ends.py")
+    result = _run(path, tmp_path / "out", timeout=60)
+    assert result.report.errors == [] and result.report.timing is not None
+    assert expected in result.report.stages[0].note
