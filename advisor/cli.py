@@ -82,16 +82,23 @@ def audit(model_file, out_dir, formats, mode, device, timeout, rule_dirs, settin
         rule_dirs=tuple(rule_dirs), settings=tuple(settings), disabled=tuple(disabled), fail_on=fail_on,
         verify=verify, budget=budget,
     )
+    stem = os.path.splitext(os.path.basename(model_file))[0]
+    _audit_and_report(lambda progress: run_audit(options, progress), model_file, stem, out_dir, chosen, fail_on,
+                      quiet, debug)
+
+
+def _audit_and_report(audit_with, subject: str, stem: str, out_dir: str, formats: tuple[str, ...], fail_on: str,
+                      quiet: bool, debug: bool) -> None:
+    """Run an audit (``audit_with(progress)``), write its reports, print its summary, exit with its code."""
     progress = (lambda text: None) if quiet else (lambda text: click.echo(f"[advisor] {text}", err=True))
     try:
-        result = run_audit(options, progress)
+        result = audit_with(progress)
     except SettingError as bad:
         _fail(str(bad), debug)
     except Exception as unexpected:  # noqa: BLE001 - a clear line, not a traceback
-        _fail(f"{model_file}: internal error in advisor: {type(unexpected).__name__}: {unexpected}", debug)
-    stem = os.path.splitext(os.path.basename(model_file))[0]
-    result.written = write_reports(result.report, out_dir, stem, chosen)
-    print_problems(result.report, model_file, debug)
+        _fail(f"{subject}: internal error in advisor: {type(unexpected).__name__}: {unexpected}", debug)
+    result.written = write_reports(result.report, out_dir, stem, formats)
+    print_problems(result.report, subject, debug)
     print_summary(result.report, result.written)
     sys.exit(result.exit_code(fail_on))
 
@@ -126,17 +133,8 @@ def run(command, out_dir, formats, rule_dirs, settings, disabled, fail_on, warmu
     script = options.script
     if script.endswith(".py") and not os.path.isfile(script):
         _fail(f"{script}: no such file; advisor run runs the command after --, e.g. advisor run -- python train.py")
-    progress = (lambda text: None) if quiet else (lambda text: click.echo(f"[advisor] {text}", err=True))
-    try:
-        result = run_script(options, progress)
-    except SettingError as bad:
-        _fail(str(bad), debug)
-    except Exception as unexpected:  # noqa: BLE001 - a clear line, not a traceback
-        _fail(f"{script}: internal error in advisor: {type(unexpected).__name__}: {unexpected}", debug)
-    result.written = write_reports(result.report, out_dir, options.stem, chosen)
-    print_problems(result.report, script, debug)
-    print_summary(result.report, result.written)
-    sys.exit(result.exit_code(fail_on))
+    _audit_and_report(lambda progress: run_script(options, progress), script, options.stem, out_dir, chosen, fail_on,
+                      quiet, debug)
 
 
 @cli.command()
