@@ -66,9 +66,10 @@ def _capture_graph(window: StepWindow, model: Any) -> None:
 
     from advisor.capture.graph import capture_call
 
-    inputs = window.first_inputs.get(id(model))
-    if inputs is None:
+    recorded = window.batches.get(id(model))
+    if not recorded:
         return
+    inputs = recorded[0]  # its first real call
     try:
         capture = capture_call(copy.deepcopy(model), tuple(inputs), {})
     except Exception as failure:  # noqa: BLE001 - graph rules are then blind, and the report says why

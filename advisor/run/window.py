@@ -89,8 +89,7 @@ class StepWindow:
         self.outermost: dict[int, list] = {}  # id -> [module, calls, first inputs described]
         self.optimizers: dict[int, Any] = {}
         self.loaders: dict[int, Any] = {}
-        self.first_inputs: dict[int, tuple] = {}  # the arguments of each outermost module's first call
-        self.batches: dict[int, list] = {}  # the arguments of its first few calls: real batches, for routing
+        self.batches: dict[int, list] = {}  # each outermost module's first few calls' arguments (graph, routing)
         self.calls = None  # the CallWatcher of the step after the profiled ones
 
     # --- boundaries -------------------------------------------------------------------------
@@ -183,13 +182,9 @@ class StepWindow:
 
                 recorded.append(tree_map(lambda v: v.detach().clone() if hasattr(v, "detach") else v, args))
             if seen[2] is None:
-                from torch.utils._pytree import tree_map
-
                 from advisor.feed import describe
 
                 seen[2] = [describe(a) for a in args]
-                self.first_inputs[id(module)] = tree_map(
-                    lambda v: v.detach().clone() if hasattr(v, "detach") else v, args)
         self.depth += 1
 
     def _leave_forward(self, module, args, output):

@@ -147,9 +147,9 @@ def _flops(state: dict, progress: Callable[[str], None]) -> str:
 
     target = state["target"]
     step = make_step(target, *target.fresh())
-    model, feed, _ = target.fresh()
 
-    def forward() -> None:
+    def forward() -> None:  # only when counting the whole step fails: a copy of its own
+        model, feed, _ = target.fresh()
         with torch.no_grad():
             call_model(model, feed.inputs)
     counted = count_flops(lambda: call_user("flops", target.path, "the model step", step),
