@@ -29,11 +29,17 @@ def test_a_training_script_gets_its_findings_at_its_own_lines(tmp_path):
     report = _run(script, tmp_path).report
     assert report.errors == [] and report.target.mode == "train" and report.target.optimizer == "SGD"
     assert report.timing is not None and len(report.timing.samples_ms) == 20 and report.trace is not None
-    assert {f.slug for f in report.findings} == {"dataloader-workers", "checkpoint-in-step", "host-sync", "zero-grad"}
+    fired = {f.slug for f in report.findings}
+    # dataloader-workers judges the data wait's share of the iteration: 75% on a quiet machine, under its 10%
+    # with a CPU hog (the 2-thread step then waits for the stolen core 50x longer); the rest cannot flip.
+    assert {"checkpoint-in-step", "host-sync", "zero-grad"} <= fired <= {
+        "dataloader-workers", "checkpoint-in-step", "host-sync", "zero-grad"}, fired
+    assert report.data is not None and report.data.measured_in_loop and report.data.batch_ms_median > 0
     assert line_of(script, "ITEM LINE") in _lines(report, "host-sync")
     assert line_of(script, "SAVE LINE") in _lines(report, "checkpoint-in-step")
     assert line_of(script, "ZERO GRAD LINE") in _lines(report, "zero-grad")
-    assert line_of(script, "def __getitem__") in _lines(report, "dataloader-workers")
+    if "dataloader-workers" in fired:
+        assert line_of(script, "def __getitem__") in _lines(report, "dataloader-workers")
     [save] = [f for f in report.findings if f.slug == "checkpoint-in-step"]
     assert save.evidence["saves_per_step"] == pytest.approx(0.2)  # every 5th step, over 10 watched steps
     assert "stopped after" in report.stages[0].note  # the window's end stops the script by default
@@ -54,9 +60,9 @@ def test_a_clean_script_is_silent_and_optimizer_internals_are_not_the_users_sync
 
 def test_the_cli_writes_the_reports_named_after_the_script(tmp_path):
     done = subprocess.run([sys.executable, "-m", "advisor", "run", "--out", str(tmp_path), "--quiet", "--no-verify",
-                           "--", sys.executable, str(SCRIPTS / "train_loop.py"), "--epochs", "1"],
+                           "--fail-on", "low", "--", sys.executable, str(SCRIPTS / "train_loop.py"), "--epochs", "1"],
                           capture_output=True, text=True, timeout=300)
-    assert done.returncode == 1, done.stderr  # HIGH findings, --fail-on high
+    assert done.returncode == 1, done.stderr  # host-sync (low) is always there: --fail-on low fails
     assert (tmp_path / "train_loop.html").exists() and (tmp_path / "train_loop.trace.json.gz").exists()
     assert "checkpoint-in-step" in done.stdout and "Traceback" not in done.stderr
 
