@@ -163,7 +163,7 @@ class Target:
         model = copy.deepcopy(self.model).to(self.device)
         for transform in self.model_transforms:
             transform(model)
-        feed = on_device(source.pairs, self.device, _to_channels_last if self.channels_last else (lambda v: v))
+        feed = on_device(source.pairs, self.device, to_channels_last if self.channels_last else (lambda v: v))
         if self.channels_last:
             model = model.to(memory_format=torch.channels_last)
         optimizer = None
@@ -210,7 +210,7 @@ def _reconfigured(optimizer: torch.optim.Optimizer, options: dict[str, Any]) -> 
     return type(optimizer)(groups)
 
 
-def _to_channels_last(value: Any) -> Any:
+def to_channels_last(value: Any) -> Any:
     if isinstance(value, torch.Tensor) and value.dim() == 4 and value.is_floating_point():
         return value.contiguous(memory_format=torch.channels_last)
     return value

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import textwrap
 import time
 
 import pytest
@@ -236,3 +237,113 @@ def test_a_script_that_exits_or_reads_stdin_mid_run(tmp_path, ending, expected):
     result = _run(path, tmp_path / "out", timeout=60)
     assert result.report.errors == [] and result.report.timing is not None
     assert expected in result.report.stages[0].note
+
+
+def test_gradient_accumulation_makes_one_step_per_optimizer_step(tmp_path):
+    script = SCRIPTS / "chain_train.py"  # 2 backward calls per optimizer step
+    report = _run(script, tmp_path, "--steps", "30", "--accumulate", "2").report
+    assert report.errors == [] and report.timing is not None and len(report.timing.samples_ms) == 20
+    assert "ended after 30 step(s)" in report.stages[0].note  # 30 optimizer steps, not 60 backward calls
+    assert report.flops is not None and report.flops.method == "forward x3"  # elementwise ops only: no matmul FLOPs
+
+
+def test_several_optimizers_make_one_step_per_iteration(tmp_path):
+    report = _run(SCRIPTS / "gan_train.py", tmp_path, "--iterations", "30").report
+    assert report.errors == [] and report.findings == []  # a clean script
+    assert "ended after 30 step(s)" in report.stages[0].note  # 30 iterations, not 60 optimizer steps
+    assert "steps least often (of the script's 2)" in report.stages[0].note
+    # the model is one of the two (the optimizer's); its forward's matmuls, on a copy, times 3 for a training step
+    assert report.target.param_count in (99_456, 66_561)
+    forward = 2 * 128 * (64 * 512 + 512 * 128) if report.target.param_count == 99_456 else 2 * 128 * (128 * 512 + 512)
+    assert report.flops.total == 3 * forward
+
+
+FIXING_RULES = {
+    "autocast_everywhere.py": '''
+        """Test rule: every training run gets bf16 autocast around its model's forward.
+
+        What it detects / Why it matters / How to fix / Example: a test of advisor run's injection.
+        """
+        import torch
+        from advisor.fixing import replace_target
+        from advisor.rule import Finding, Layer, Severity, rule
+
+        @rule(slug="test-autocast", code="TST001", layer=Layer.MODEL, severity=Severity.HIGH)
+        def check(ev, th):
+            yield Finding(message="autocast it", impact=0.3)
+
+        @check.fix(tolerance=0.05, what="bf16 autocast")
+        def fix(target, finding):
+            return replace_target(target, autocast_dtype=torch.bfloat16)  # emulated where bf16 is not native
+    ''',
+    "compile_channels_last.py": '''
+        """Test rule: channels_last and torch.compile for every model.
+
+        What it detects / Why it matters / How to fix / Example: a test of advisor run's injection.
+        """
+        from advisor.fixing import replace_target
+        from advisor.rule import Finding, Layer, Severity, rule
+
+        @rule(slug="test-compile", code="TST002", layer=Layer.MODEL, severity=Severity.HIGH)
+        def check(ev, th):
+            yield Finding(message="compile it", impact=0.2)
+
+        @check.fix(tolerance=1e-4, what="channels_last + torch.compile")
+        def fix(target, finding):
+            return replace_target(target, channels_last=True, compile_mode="default")
+    ''',
+    "wrong_fix.py": '''
+        """Test rule: a fix that changes the model's weights, which the numerics check must catch.
+
+        What it detects / Why it matters / How to fix / Example: a test of advisor run's numerics check.
+        """
+        import torch
+        from advisor.fixing import replace_target
+        from advisor.rule import Finding, Layer, Severity, rule
+
+        @rule(slug="test-wrong", code="TST003", layer=Layer.MODEL, severity=Severity.HIGH)
+        def check(ev, th):
+            yield Finding(message="break it", impact=0.1)
+
+        def double_first_weight(model):
+            with torch.no_grad():
+                next(model.parameters()).mul_(2)
+
+        @check.fix(tolerance=1e-4, what="a wrong fix")
+        def fix(target, finding):
+            return replace_target(target, model_transforms=(double_first_weight,))
+    ''',
+}
+CONV_SCRIPT = """
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 8, 3, padding=1), nn.ReLU(),
+                          nn.Flatten(), nn.Linear(8 * 16 * 16, 10))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(8, 3, 16, 16), torch.randint(0, 10, (8,))  # unseeded: verification runs seed alike
+    for step in range(200):
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+"""
+
+
+def test_the_rules_own_fixes_are_injected_into_the_script_and_their_numerics_checked(tmp_path):
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    for name, text in FIXING_RULES.items():
+        (rules / name).write_text(textwrap.dedent(text), encoding="utf-8")
+    script = write_model(tmp_path, CONV_SCRIPT, name="conv_train.py")
+    report = _run(script, tmp_path / "out", steps=6, verify=True, budget=60, rule_dirs=(str(rules),),
+                  disabled=("channels-last",)).report
+    by_slug = {f.slug: f.verification for f in report.findings}
+    autocast, compiled, wrong = by_slug["test-autocast"], by_slug["test-compile"], by_slug["test-wrong"]
+    assert wrong.status == "numerics-failed" and wrong.max_rel_error > 1e-4, wrong
+    # bf16 changes the values (so autocast was applied) within its tolerance; the timing verdict is this machine's
+    assert autocast.status in ("verified", "no-gain", "slower"), autocast
+    assert 0 < autocast.max_rel_error <= 0.05 and "match within" in autocast.note
+    assert compiled.status in ("verified", "no-gain", "slower"), compiled
+    assert compiled.max_rel_error <= 1e-4 and compiled.compile_s is not None and compiled.samples >= 3

@@ -29,10 +29,15 @@ def count_flops(step: Callable[[], Any], forward: Callable[[], Any] | None = Non
         except Exception as forward_failure:  # noqa: BLE001
             why += f"; counting the forward alone failed too ({_said(forward_failure)})"
         else:
-            scale = 1 + BACKWARD_TO_FORWARD
-            return FlopCount(total=int(counted.total * scale), by_op={k: int(v * scale) for k, v in counted.by_op.items()},
-                             method="forward x3", note=why + "; the step is estimated as 3x its forward")
+            return as_training_step(counted, why + "; the step is estimated as 3x its forward")
     return FlopCount(method="none", note=why)
+
+
+def as_training_step(forward: FlopCount, note: str) -> FlopCount:
+    """A training step's work estimated from its forward's (backward ~ 2x forward)."""
+    scale = 1 + BACKWARD_TO_FORWARD
+    return FlopCount(total=int(forward.total * scale), by_op={k: int(v * scale) for k, v in forward.by_op.items()},
+                     method="forward x3", note=note)
 
 
 def _counted(run: Callable[[], Any]) -> FlopCount:

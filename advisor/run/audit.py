@@ -12,12 +12,12 @@ from typing import Callable
 from advisor.assembly import assemble_report, verify_findings
 from advisor.engine import RuleConfig
 from advisor.errors import StageError
-from advisor.evidence import CallSite, DataLoaderInfo, Environment, Evidence, GraphCapture, RoutingGroup, TargetInfo
+from advisor.evidence import CallSite, DataLoaderInfo, Environment, Evidence, FlopCount, GraphCapture, RoutingGroup, TargetInfo
 from advisor.kineto import TraceFormatError, parse_trace
 from advisor.pipeline import AuditResult
 from advisor.report.model import ModelOutput, StageRecord, VerificationSettings
 from advisor.run.launch import ScriptRun, discard, launch
-from advisor.run.verify import verify_run
+from advisor.run.verify import RunVerifier
 from advisor.timing import summarize
 
 STEP_KINDS = {"optimizer": "each optimizer step", "forward": "each call of the outermost module",
@@ -66,6 +66,7 @@ def run_script(options: RunOptions, progress: Callable[[str], None] = lambda tex
     try:
         evidence, errors, notes = evidence_of(run, options)
         trace_kept = _keep_trace(run, options)
+        seen = run.read("window.json") or {}
     finally:
         discard(run)
     report = assemble_report(
@@ -75,8 +76,13 @@ def run_script(options: RunOptions, progress: Callable[[str], None] = lambda tex
         run_rules=evidence.timing is not None,
     )
     if not run.interrupted:
-        verify_findings(report, rules, errors, lambda findings: verify_run(
-            list(options.command), window, findings, options.budget, options.timeout, progress))
+        # the verification runs step and find the model as this run did, and apply the rules' own fixes
+        known = {**window, "kind": seen.get("kind"), "device": evidence.target.device, "mode": evidence.target.mode,
+                 "rule_dirs": list(options.rule_dirs),
+                 "model": {"class": evidence.target.model_class, "params": evidence.target.param_count}
+                 if evidence.target.model_class else {}}
+        verify_findings(report, rules, errors, lambda findings: RunVerifier(
+            list(options.command), known, rules.ruleset, options.budget, options.timeout, progress).verify(findings))
     if report.trace is not None and trace_kept:
         report.trace.file = os.path.basename(trace_kept)
     return AuditResult(report=report, evidence=evidence)
@@ -114,7 +120,11 @@ def evidence_of(run: ScriptRun, options: RunOptions) -> tuple[Evidence, list[Sta
             errors.append(_script_error(run, options, "the script ended before its first step"))
         return evidence, errors, notes
     samples = window["samples_ms"]
-    notes.append("a step ended at " + STEP_KINDS.get(window["kind"], str(window["kind"])))
+    if window["kind"] == "optimizer" and window.get("optimizers", 1) > 1:
+        notes.append(f"a step ended at each step of the optimizer that steps least often (of the script's "
+                     f"{window['optimizers']}): one whole iteration")
+    else:
+        notes.append("a step ended at " + STEP_KINDS.get(window["kind"], str(window["kind"])))
     if window.get("ended_early"):
         notes.append(f"the script ended after {window['steps_seen']} step(s), before the window's end; audited on the "
                      "steps it ran")
@@ -134,6 +144,8 @@ def evidence_of(run: ScriptRun, options: RunOptions) -> tuple[Evidence, list[Sta
     if (data := run.read("data.json")) is not None:
         evidence.data = DataLoaderInfo.model_validate(data)
         evidence.target.has_dataloader = True
+    if (flops := run.read("flops.json")) is not None:
+        evidence.flops = FlopCount.model_validate(flops)
     if (graph := run.read("graph.json")) is not None:
         evidence.graph = GraphCapture.model_validate(graph)
     elif (failure := run.read("graph_error.json")) is not None:

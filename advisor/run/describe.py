@@ -40,6 +40,7 @@ def describe_run(window: StepWindow) -> None:
                       device=str(device), input_summary=inputs)
     if model is not None:
         describe_model(info, model)
+        _count_flops(window, model, training=bool(window.optimizers))
         _capture_graph(window, model)
         _measure_routing(window, model)
     if window.optimizers:
@@ -58,6 +59,27 @@ def describe_run(window: StepWindow) -> None:
             data.measured_in_loop = True
         window.write("data.json", json.loads(data.model_dump_json()))
     window.write("env.json", json.loads(capture_environment(device).model_dump_json()))
+
+
+def _count_flops(window: StepWindow, model: Any, training: bool) -> None:
+    """The model's forward on a copy with its first real inputs; a training step as 3x that (the
+    script's own step is not re-run: its loss and optimizer are the script's business)."""
+    import copy
+
+    import torch
+
+    from advisor.capture.flops import as_training_step, count_flops
+
+    recorded = window.batches.get(id(model))
+    if not recorded:
+        return
+    twin, inputs = copy.deepcopy(model), tuple(recorded[0])
+    with torch.no_grad():
+        counted = count_flops(lambda: twin(*inputs))
+    if training and counted.method != "none":
+        counted = as_training_step(counted, "advisor run counts the model's forward on a copy; the training step is "
+                                            "estimated as 3x its forward")
+    window.write("flops.json", json.loads(counted.model_dump_json()))
 
 
 def _capture_graph(window: StepWindow, model: Any) -> None:

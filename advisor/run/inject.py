@@ -1,32 +1,122 @@
-"""Fixes the bootstrap can inject into an unmodified script, for ``advisor run``'s verification.
+"""A rule's fix carried out inside a verification run of the unmodified script.
 
-Each is applied in the script's own process before it builds anything (right after torch loads),
-by the name the run verifier sends. Fixes that would need the script's objects by name
-(autocast around a forward, torch.compile of a model) are not injected yet: their findings are
-reported as expected.
+The fix is the rule's own, the one ``audit`` measures: called on a Target describing the script's
+model, it returns a new Target (see ``advisor.fixing``), and its changes are made here, on the
+script's live objects, in a throwaway process of the script:
+
+- at once, before the script builds anything: library flags and silenced calls (the Target's
+  step switches, entered for the whole run), anomaly mode, DataLoader options;
+- at the optimizer's first step: its parameter groups' options (foreach, fused);
+- at the model's first call: transforms, channels_last (model and 4-D inputs), torch.compile
+  (with the fix's graph rewrite, if any) and autocast around its forward.
+
+The model is recognised by its class and parameter count, as the audit run described it. What
+cannot be injected (a GradScaler around the script's own backward) raises NotVerifiable.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+from typing import Any, Callable
+
+import torch
+
+from advisor.rule import Finding, NotVerifiable
+from advisor.target import Target, to_channels_last
 
 
-def apply(fixes: list[dict[str, Any]]) -> None:
-    for fix in fixes:
-        INJECTORS[fix["name"]](**fix.get("options", {}))
+def fixed_target(spec: dict) -> tuple[Target, Target]:
+    """(the script's target as it is, the target with every fix in ``spec["fixes"]`` applied)."""
+    from advisor.engine import load_rules
+
+    ruleset = load_rules(spec.get("rule_dirs", ()))
+    baseline = Target(path=spec.get("script", ""), module=None, model=None, inputs=None,
+                      mode="train" if spec.get("mode") == "train" else "inference",
+                      device=torch.device(spec.get("device") or "cpu"))
+    candidate = baseline
+    for fix in spec.get("fixes", []):
+        rule = ruleset.get(fix["slug"])
+        if rule is None or rule.fix_spec is None or rule.fix_spec.apply is None:
+            raise NotVerifiable(f"the rule {fix['slug']} has no fix to apply")
+        candidate = rule.fix_spec.apply(candidate, Finding.model_validate(fix["finding"]))
+    if candidate.grad_scaler:
+        raise NotVerifiable("fp16 autocast needs a GradScaler around the script's own backward and optimizer "
+                            "step, which advisor run cannot inject; audit the model file to measure it")
+    return baseline, candidate
 
 
-def _zero_grad_to_none() -> None:
-    import torch
+class Injection:
+    """The changes from ``baseline`` to ``candidate``, made on the running script."""
 
-    original = torch.optim.Optimizer.zero_grad
+    def __init__(self, baseline: Target, candidate: Target):
+        from advisor.verify.compiled import WatchedRewrite
 
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        original(self, set_to_none=True)
-    torch.optim.Optimizer.zero_grad = zero_grad
+        self.candidate = candidate
+        self.rewrite = WatchedRewrite(candidate.compile_backend) if candidate.compile_backend is not None else None
+        self.changes_model = bool(candidate.model_transforms or candidate.channels_last or candidate.compiled
+                                  or candidate.autocast_dtype is not None)
+        self.changes_loader = candidate.loader_options != baseline.loader_options
+        self.changes_optimizer = bool(candidate.optimizer_options)
+        self.switches = contextlib.ExitStack()
+        self.model_fixed = False
+
+    def apply_now(self) -> None:
+        """What must be in place before the script builds its model, loader and optimizer."""
+        candidate = self.candidate
+        for switch in candidate.step_contexts:
+            self.switches.enter_context(switch())  # for the whole run: the process is the candidate's own
+        if candidate.detect_anomaly is not None:
+            torch.autograd.set_detect_anomaly(candidate.detect_anomaly)
+            torch.autograd.set_detect_anomaly = lambda *args, **kwargs: None  # the script's own call is the fix's target
+        if self.changes_loader:
+            _rebuild_loaders_with(candidate.loader_options)
+        if candidate.compiled:
+            from advisor.verify.compiled import eager_random_in_compiled_code
+
+            eager_random_in_compiled_code().__enter__()  # dropout draws as in eager code, so results compare
+
+    def fix_optimizer(self, optimizer: Any) -> None:
+        for group in optimizer.param_groups:
+            group.update(self.candidate.optimizer_options)
+
+    def fix_model(self, model: torch.nn.Module) -> None:
+        """Transforms, layout, compilation and precision, on the live model before its first forward."""
+        candidate = self.candidate
+        for transform in candidate.model_transforms:
+            transform(model)
+        forward: Callable[..., Any] = model.forward
+        if candidate.channels_last:
+            model.to(memory_format=torch.channels_last)
+            forward = _with_inputs(forward, to_channels_last)
+        if candidate.compiled:
+            options: dict[str, Any] = {"mode": candidate.compile_mode} if candidate.compile_mode not in (None, "default") else {}
+            if self.rewrite is not None:
+                options["backend"] = self.rewrite
+            forward = torch.compile(forward, **options)
+        if candidate.autocast_dtype is not None:
+            forward = _under_autocast(forward, candidate.device.type, candidate.autocast_dtype)
+        if forward is not model.forward:
+            model.forward = forward
+        self.model_fixed = True
 
 
-def _loader_options(**overrides: Any) -> None:
+def _with_inputs(forward: Callable[..., Any], convert: Callable[[Any], Any]) -> Callable[..., Any]:
+    from torch.utils._pytree import tree_map
+
+    def converted(*args, **kwargs):
+        return forward(*tree_map(convert, args), **tree_map(convert, kwargs))
+    return converted
+
+
+def _under_autocast(forward: Callable[..., Any], device_type: str, dtype: torch.dtype) -> Callable[..., Any]:
+    def autocast_forward(*args, **kwargs):
+        with torch.autocast(device_type=device_type, dtype=dtype):
+            return forward(*args, **kwargs)
+    return autocast_forward
+
+
+def _rebuild_loaders_with(overrides: dict[str, Any]) -> None:
+    """Every DataLoader the script builds gets these keyword options (workers, pinning, ...)."""
     from torch.utils.data import DataLoader
 
     original = DataLoader.__init__
@@ -40,22 +130,26 @@ def _loader_options(**overrides: Any) -> None:
     DataLoader.__init__ = init
 
 
-def _skip_saves() -> None:
-    import torch
+def on_first_call(matches: Callable[[torch.nn.Module], bool], found: Callable[[torch.nn.Module], None]) -> None:
+    """Call ``found(module)`` just before the first call of a module that ``matches``, so even that
+    call runs as ``found`` left the module. Module calls are watched only until then."""
+    module_type = torch.nn.Module
+    original = module_type.__call__
 
-    torch.save = lambda *args, **kwargs: None
+    def finder(module, *args, **kwargs):
+        if matches(module):
+            module_type.__call__ = original
+            found(module)
+        return original(module, *args, **kwargs)
+    module_type.__call__ = finder
 
 
-def _anomaly_off() -> None:
-    import torch
+def model_matcher(described: dict) -> Callable[[torch.nn.Module], bool]:
+    """The audit run's model: the same class with the same number of parameters."""
+    name, count = described.get("class", ""), described.get("params")
 
-    torch.autograd.set_detect_anomaly(False)
-    torch.autograd.set_detect_anomaly = lambda *args, **kwargs: None
-
-
-INJECTORS = {
-    "zero_grad_to_none": _zero_grad_to_none,
-    "loader_options": _loader_options,
-    "skip_saves": _skip_saves,
-    "anomaly_off": _anomaly_off,
-}
+    def matches(module: torch.nn.Module) -> bool:
+        if type(module).__qualname__ != name:
+            return False
+        return count is None or sum(p.numel() for p in module.parameters()) == count
+    return matches

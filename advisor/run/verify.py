@@ -1,109 +1,184 @@
-"""Verify ``advisor run``'s findings: run the script's window again with the fix injected.
+"""Verify ``advisor run``'s findings: run the script's window again with the rule's own fix injected.
 
-Baseline and candidate runs alternate (A B A B ...), each a fresh process timing the same window
-of steps; each pair gives a ratio of their mean step times (step + data wait for loader
-fixes), and the verdict and its interval come from the same bootstrap as ``audit``'s. The
-gradients at the first optimizer step are compared for fixes that touch the step's arithmetic.
+The fix is the one ``audit`` measures, carried out inside the script's process (``inject.py``).
+Baseline and candidate runs alternate (A B A B ...), each a fresh, identically seeded process
+timing the same window of steps; each pair gives a ratio of their mean step times (step + data
+wait when the fix changes the loader), and the verdict and its interval come from the same
+bootstrap as ``audit``'s. Numerics: the first steps' losses and gradients (or the model's first
+outputs) of the first candidate run against the first baseline run, within the rule's
+tolerance, once two baseline runs have shown the script gives the same values run to run.
+Fixes verified one by one are then measured together.
 """
 
 from __future__ import annotations
 
 import statistics
 import time
+from dataclasses import dataclass, field
 from typing import Callable
 
+from advisor.engine import RuleSet
 from advisor.rule import Finding, Verification
+from advisor.run import first_results
 from advisor.run.launch import discard, launch
 from advisor.verify.measure import ABResult, verdict
 from advisor.verify.plan import MeasuredFixes
 
 MIN_PAIRS = 3
 MAX_PAIRS = 8
-GRADIENT_TOLERANCE = 1e-4
-
-# finding slug -> the injected fix (inject.py), built from the finding's evidence
-INJECTABLE: dict[str, Callable[[Finding], dict]] = {
-    "zero-grad": lambda f: {"name": "zero_grad_to_none"},
-    "checkpoint-in-step": lambda f: {"name": "skip_saves"},
-    "anomaly-detection": lambda f: {"name": "anomaly_off"},
-    "dataloader-workers": lambda f: {"name": "loader_options", "options": {
-        "num_workers": int(f.evidence["workers_suggested"]), "persistent_workers": True}},
-    "dataloader-too-many-workers": lambda f: {"name": "loader_options", "options": {
-        "num_workers": int(f.evidence["suggested_workers"])}},
-}
-LOADER_FIXES = {"dataloader-workers", "dataloader-too-many-workers"}  # judged on step + data wait
-STEP_NUMERICS = {"zero-grad", "anomaly-detection"}  # the others leave the step's arithmetic alone
-NOTES = {
-    "checkpoint-in-step": "the saves skipped: the most an asynchronous save can gain",
-    "dataloader-workers": "the script's loaders rebuilt with more (persistent) workers",
-    "dataloader-too-many-workers": "the script's loaders rebuilt with workers = usable cores",
-}
+REPEATABLE = 1e-6  # two baseline runs within this share of their magnitude: the script is seeded alike
+LOADER_NOTE = "the script's loaders rebuilt with {options}"
+NOTES = {"checkpoint-in-step": "the saves skipped: the most an asynchronous save can gain"}
 
 
-def verify_run(command: list[str], window: dict, findings: list[Finding], budget_s: float, timeout: float,
-               progress: Callable[[str], None] = lambda text: None) -> MeasuredFixes:
-    measured = MeasuredFixes()
-    started = time.monotonic()
-    for finding in findings:
-        if finding.slug not in INJECTABLE:
-            measured.results[finding.id] = Verification(
-                status="not-verifiable-here", device="",
-                note="advisor run cannot inject this fix into an unmodified script yet; audit the model with a "
-                     "model file to measure it")
-            continue
-        left = budget_s - (time.monotonic() - started)
-        progress(f"{finding.slug}: running the script with the fix and without, alternately")
-        measured.results[finding.id] = _measure(command, window, finding, left, timeout)
-    return measured
+@dataclass
+class Arm:
+    """The runs of one side of a comparison."""
+
+    windows: list[dict] = field(default_factory=list)
+    results: list[dict | None] = field(default_factory=list)  # the first two runs' first results
+
+    def add(self, window: dict, results: dict | None) -> None:
+        self.windows.append(window)
+        if len(self.results) < 2:
+            self.results.append(results)
+
+    def cost(self, with_data: bool) -> list[float]:
+        return [_mean_step(window, with_data) for window in self.windows]
 
 
-def _measure(command: list[str], window: dict, finding: Finding, budget_s: float, timeout: float) -> Verification:
-    fix = INJECTABLE[finding.slug](finding)
-    loader = finding.slug in LOADER_FIXES
-    base_runs: list[dict] = []
-    cand_runs: list[dict] = []
-    began = time.monotonic()
-    while len(base_runs) < MAX_PAIRS:
-        for fixes, runs in (([], base_runs), ([fix], cand_runs)):
-            outcome = _window(command, {**window, "measure_only": True, "fixes": fixes}, timeout)
-            if outcome is None:
+@dataclass
+class RunVerifier:
+    command: list[str]
+    window: dict  # the audit run's window spec, plus what the verification runs need to know
+    ruleset: RuleSet
+    budget_s: float
+    timeout: float
+    progress: Callable[[str], None] = lambda text: None
+    started: float = field(default_factory=time.monotonic)
+    pair_s: float = 0.0  # the slowest pair of runs seen: whether another fix fits the budget
+
+    @property
+    def left(self) -> float:
+        return self.budget_s - (time.monotonic() - self.started)
+
+    def verify(self, findings: list[Finding]) -> MeasuredFixes:
+        measured = MeasuredFixes()
+        verified: list[Finding] = []
+        for index, finding in enumerate(findings):
+            if self.pair_s and self.left < self.pair_s * MIN_PAIRS:
+                measured.results[finding.id] = Verification(
+                    status="skipped", note=f"verification budget spent (--budget {self.budget_s:g} s)")
+                continue
+            share = self.left / (len(findings) - index + (1 if len(findings) > 1 else 0))
+            self.progress(f"{finding.slug}: running the script with the fix and without, alternately")
+            outcome = self.measure([finding], share)
+            measured.results[finding.id] = outcome
+            if outcome.status == "verified":
+                verified.append(finding)
+        if len(verified) > 1 and self.left >= self.pair_s * MIN_PAIRS:
+            self.progress("all verified fixes together: running the script with them and without, alternately")
+            measured.combined = self.measure(verified, self.left)
+        elif len(verified) == 1:
+            measured.combined = measured.results[verified[0].id]
+        return measured
+
+    def measure(self, findings: list[Finding], share_s: float) -> Verification:
+        outcome = self._measure(findings, share_s)
+        outcome.device = outcome.device or self.window.get("device", "")
+        return outcome
+
+    def _measure(self, findings: list[Finding], share_s: float) -> Verification:
+        fixes = [{"slug": f.slug, "finding": f.model_dump(mode="json", exclude={"verification"})} for f in findings]
+        tolerance = max(self.ruleset.get(f.slug).fix_spec.tolerance for f in findings)
+        base, cand = Arm(), Arm()
+        began = time.monotonic()
+        while len(base.windows) < MAX_PAIRS:
+            pair_began = time.monotonic()
+            for arm, injected in ((base, []), (cand, fixes)):
+                outcome = self._run(injected)
+                if isinstance(outcome, Verification):
+                    return outcome
+                arm.add(*outcome)
+            self.pair_s = max(self.pair_s, time.monotonic() - pair_began)
+            if len(base.windows) >= MIN_PAIRS and time.monotonic() - began + self.pair_s > share_s:
+                break
+        first = cand.windows[0]
+        if first["rewrite_unapplied"]:
+            return Verification(status="not-verifiable-here", note=f"{first['rewrite_unapplied']}: the fix was "
+                                                                    "not applied, so not measured")
+        if first["changes_model"] and not first["model_fixed"]:
+            return Verification(status="fix-failed", note=f"the model ({self.window['model']['class']}) was never "
+                                                          "called in the run with the fix, so the fix was not applied")
+        with_data = bool(first["changes_loader"])
+        compiling = _compile_seconds(base.windows[0], first)
+        numerics, errors = self._numerics(base, cand, tolerance, with_data)
+        if numerics is not None and numerics.status == "numerics-failed":
+            return numerics
+        ab = ABResult(base.cost(with_data), cand.cost(with_data))
+        low, high = ab.interval()
+        what = "step + data wait" if with_data else "step"
+        notes = [f"{len(base.windows)} runs of the script per side, alternating; mean {what} time over each run's "
+                 f"{self.window['steps']} timed steps", errors.pop("note")]
+        if with_data:
+            notes.append(LOADER_NOTE.format(options=", ".join(f"{k}={v}" for k, v in first["loader_options"].items())))
+        notes += [NOTES[f.slug] for f in findings if f.slug in NOTES]
+        if first["rewrite_described"]:
+            notes.append(f"the candidate rewrote {first['rewrite_described']}")
+        return Verification(status=verdict((low, high)), speedup=round(ab.speedup, 4), ci_low=round(low, 4),
+                            ci_high=round(high, 4), baseline_ms=round(statistics.median(ab.baseline_ms), 4),
+                            candidate_ms=round(statistics.median(ab.candidate_ms), 4), samples=len(base.windows),
+                            note="; ".join(n for n in notes if n), compile_s=compiling, **errors)
+
+    def _numerics(self, base: Arm, cand: Arm, tolerance: float, loader_only: bool) -> tuple[Verification | None, dict]:
+        """(a numerics-failed Verification or None, the error fields and a note for the verified one)."""
+        if loader_only:
+            return None, {"note": "the model step is unchanged, only the loader's settings differ"}
+        baseline, repeat, candidate = base.results[0], base.results[-1], cand.results[0]
+        if baseline is None or candidate is None or repeat is None or len(base.results) < 2:
+            return None, {"note": "numerics not checked: the runs recorded no first results"}
+        same, _ = first_results.compared(baseline, repeat)
+        if not same.within(REPEATABLE):
+            return None, {"note": f"numerics not checked: two runs without the fix already differ by "
+                                  f"{same.max_rel_error:.3g} of their magnitude (randomness advisor's seed does not reach)"}
+        comparison, what = first_results.compared(baseline, candidate)
+        errors = {"max_abs_error": comparison.max_abs_error, "max_rel_error": comparison.max_rel_error,
+                  "tolerance": tolerance}
+        if not comparison.baseline_finite:
+            return None, {**errors, "note": "numerics not checked: the baseline's values contain NaN or Inf"}
+        if not comparison.within(tolerance):
+            detail = comparison.detail or (f"{what} differ by {comparison.max_rel_error:.3g} of their magnitude "
+                                           f"(max abs {comparison.max_abs_error:.3g}), more than the {tolerance:g} allowed")
+            return Verification(status="numerics-failed", note=detail, **errors), errors
+        return None, {**errors, "note": f"{what} match within {comparison.max_rel_error:.2g} of their magnitude"}
+
+    def _run(self, fixes: list[dict]) -> tuple[dict, dict | None] | Verification:
+        run = launch(self.command, {**self.window, "measure_only": True, "fixes": fixes}, self.timeout)
+        try:
+            if (refused := run.read("fix_refused.json")) is not None:
+                return Verification(status="not-verifiable-here", note=refused["reason"])
+            if (broken := run.read("fix_error.json")) is not None:
+                return Verification(status="fix-failed", note=broken["message"])
+            window = run.read("window.json")
+            if not window or not window["samples_ms"]:
+                said = [line for line in run.stderr.strip().splitlines() if line.strip()]
+                why = f": {said[-1]}" if said else ""
                 return Verification(status="fix-failed" if fixes else "skipped",
-                                    note="the script did not complete its timed window" + (" with the fix" if fixes else ""))
-            runs.append(outcome)
-        if len(base_runs) >= MIN_PAIRS and time.monotonic() - began >= budget_s / 2:
-            break
-    errors: dict = {}
-    if finding.slug in STEP_NUMERICS:
-        a, b = base_runs[0].get("first_gradients"), cand_runs[0].get("first_gradients")
-        if a is not None and b is not None:
-            error = abs(a - b) / max(abs(a), 1e-30)
-            errors = {"max_rel_error": round(error, 8), "tolerance": GRADIENT_TOLERANCE}
-            if error > GRADIENT_TOLERANCE:
-                return Verification(status="numerics-failed", note=f"the gradients at the first step differ by "
-                                    f"{error:.3g} of their magnitude", **errors)
-    ab = ABResult([_cost(r, loader) for r in base_runs], [_cost(r, loader) for r in cand_runs])
-    low, high = ab.interval()
-    what = "step + data wait" if loader else "step"
-    note = (f"{len(base_runs)} runs of the script per side, alternating; mean {what} time over each run's "
-            f"{window['steps']} timed steps")
-    if finding.slug in NOTES:
-        note += f"; {NOTES[finding.slug]}"
-    return Verification(status=verdict((low, high)), speedup=round(ab.speedup, 4), ci_low=round(low, 4),
-                        ci_high=round(high, 4), baseline_ms=round(statistics.median(ab.baseline_ms), 4),
-                        candidate_ms=round(statistics.median(ab.candidate_ms), 4), samples=len(base_runs),
-                        note=note, **errors)
+                                    note="the script did not complete its timed window"
+                                         + (" with the fix" if fixes else "") + why)
+            return window, first_results.load(run.scratch)
+        finally:
+            discard(run)
 
 
-def _window(command: list[str], window: dict, timeout: float) -> dict | None:
-    run = launch(command, window, timeout)
-    try:
-        result = run.read("window.json")
-    finally:
-        discard(run)
-    return result if result and result["samples_ms"] else None
+def _compile_seconds(baseline: dict, candidate: dict) -> float | None:
+    """How much longer the candidate's first forward took than the baseline's: torch.compile's time."""
+    if not candidate["compiled"] or candidate["first_forward_s"] is None or baseline["first_forward_s"] is None:
+        return None
+    return round(max(0.0, candidate["first_forward_s"] - baseline["first_forward_s"]), 3)
 
 
-def _cost(window: dict, with_data: bool) -> float:
+def _mean_step(window: dict, with_data: bool) -> float:
     """The mean step of one run: a cost every k-th step (a checkpoint) counts 1/k, as in the total."""
     if with_data:
         return statistics.fmean(s + w for s, w in zip(window["samples_ms"], window["data_wait_ms"]))

@@ -1,10 +1,15 @@
 """The step window, inside the script's process: step boundaries, timing, profiling, data wait.
 
-A step ends at each optimizer step (torch's global optimizer step post hook: one per step even
-with several optimizers, whose steps run back to back) or, in a script with no optimizer, at
-each call of the outermost module's forward. After ``warmup`` steps, ``steps`` steps are timed
-profiler-free, then ``profile_steps`` more are profiled (timing and profiling never mixed). The
-results go to the spec's folder; the script is then stopped unless ``full``.
+A step ends at each optimizer step (torch's global optimizer step post hook; with several
+optimizers, at the steps of the one that steps least often during warm-up, so a step is one
+whole iteration) or, in a script with no optimizer, at each call of the outermost module's
+forward. After ``warmup`` steps, ``steps`` steps are timed profiler-free, then ``profile_steps``
+more are profiled (timing and profiling never mixed). The results go to the spec's folder; the
+script is then stopped unless ``full``.
+
+A verification run (``measure_only``) times the window and nothing else: seeded alike, with the
+audit run's step kind and model given, and the fixes under test injected (``inject.py``); it
+records the first steps' results for the numerics check (``first_results.py``).
 """
 
 from __future__ import annotations
@@ -81,11 +86,18 @@ class StepWindow:
         self.depth = 0
         self.script = spec.get("script", "")
         self.marker = spec.get("step_marker") or ""
-        self.fixes = spec.get("fixes", [])  # verification: fixes injected into this run
+        self.spec = spec
         self.measure_only = bool(spec.get("measure_only"))  # verification: time the window, nothing else
-        self.first_gradients: float | None = None  # sum of squared gradients at the first optimizer step
+        self.model = spec.get("model") or {}  # verification: the audit run's model (class, parameter count)
         if self.marker:
             self.kind = MARKER
+        elif self.measure_only and spec.get("kind"):
+            self.kind = spec["kind"]  # as the audit run found it: no restarts, no forward hooks unless forwards step
+        self.injection = None
+        self.results = None
+        self.optimizer_steps: dict[int, int] = {}
+        self.lead: int | None = None  # the optimizer whose steps end a step
+        self.hooks: list = []
         self.outermost: dict[int, list] = {}  # id -> [module, calls, first inputs described]
         self.optimizers: dict[int, Any] = {}
         self.loaders: dict[int, Any] = {}
@@ -107,11 +119,11 @@ class StepWindow:
             window.boundary(PROFILER_STEP)
             return result
         torch.profiler.profile.step = profiler_step
-        from advisor.run.inject import apply
-
-        apply(self.fixes)
-        self.hooks = [torch.nn.modules.module.register_module_forward_pre_hook(self._enter_forward),
-                      torch.nn.modules.module.register_module_forward_hook(self._leave_forward)]
+        if self.measure_only:
+            self._prepare_measurement()
+        else:
+            self.hooks = [torch.nn.modules.module.register_module_forward_pre_hook(self._enter_forward),
+                          torch.nn.modules.module.register_module_forward_hook(self._leave_forward)]
         original_next = dataloader._BaseDataLoaderIter.__next__
         original_iter = dataloader.DataLoader.__iter__
 
@@ -132,6 +144,58 @@ class StepWindow:
         if self.marker:
             self._find_marker()
         self.write("installed.json", {"pid": self.owner})
+
+    def _prepare_measurement(self) -> None:
+        """Seed, inject the fixes, and find the model at its first call (its hooks, its first output)."""
+        import random
+
+        import torch
+        from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+        from advisor.rule import NotVerifiable
+        from advisor.run.first_results import FirstResults
+        from advisor.run.inject import Injection, fixed_target, model_matcher, on_first_call
+
+        random.seed(0)
+        torch.manual_seed(0)
+        if "numpy" in sys.modules:
+            sys.modules["numpy"].random.seed(0)
+        try:
+            self.injection = Injection(*fixed_target({**self.spec, "script": self.script}))
+            self.injection.apply_now()
+        except NotVerifiable as reason:
+            self.write("fix_refused.json", {"reason": str(reason)})
+            os._exit(0)
+        except Exception as broken:  # noqa: BLE001 - a fix is code too
+            self.write("fix_error.json", {"message": f"applying the fix raised {type(broken).__name__}: {broken}"})
+            os._exit(0)
+        self.results = FirstResults()
+        self.results.watch_backward()
+        register_optimizer_step_pre_hook(self._before_optimizer_step)
+        if self.model:
+            on_first_call(model_matcher(self.model), self._model_found)
+
+    def _model_found(self, model) -> None:
+        if self.injection.changes_model:
+            self.injection.fix_model(model)
+        results = self.results
+        called = time.perf_counter()
+
+        def first_output(module, args, output):
+            results.record_output(output)
+            results.first_forward_s = time.perf_counter() - called  # with the fix: torch.compile's time too
+            recorder.remove()
+        recorder = model.register_forward_hook(first_output)
+        if self.kind == FORWARD:
+            self.hooks = [model.register_forward_pre_hook(self._enter_forward),
+                          model.register_forward_hook(self._leave_forward)]
+
+    def _before_optimizer_step(self, optimizer, args, kwargs) -> None:
+        if os.getpid() != self.owner or self.done:
+            return
+        if id(optimizer) not in self.results.stepped and self.injection.changes_optimizer:
+            self.injection.fix_optimizer(optimizer)  # before its first step builds any state
+        self.results.before_optimizer_step(optimizer)
 
     def _find_marker(self) -> None:
         """Wrap the --step-marker function (``qualname`` in the script, or ``module:qualname``) at its
@@ -165,12 +229,23 @@ class StepWindow:
         sys.setprofile(watch)
 
     def _after_optimizer_step(self, optimizer, args, kwargs) -> None:
-        if os.getpid() == self.owner:
-            self.optimizers.setdefault(id(optimizer), optimizer)
-            if self.first_gradients is None:
-                self.first_gradients = float(sum(float((p.grad.double() ** 2).sum()) for g in optimizer.param_groups
-                                                 for p in g["params"] if p.grad is not None))
-        self.boundary(OPTIMIZER)
+        if os.getpid() != self.owner:
+            return
+        key = id(optimizer)
+        self.optimizers.setdefault(key, optimizer)
+        self.optimizer_steps[key] = self.optimizer_steps.get(key, 0) + 1
+        if self.lead is None:
+            self.lead = key
+        if key == self.lead:
+            self.boundary(OPTIMIZER)
+
+    def _choose_lead(self) -> bool:
+        """At warm-up's end: the optimizer stepping least often ends a step (a GAN's generator, not
+        its critic's several steps). True when that changed: the warm-up then waits for its step."""
+        rarest = min(self.optimizer_steps, key=lambda key: (self.optimizer_steps[key], key != self.lead))  # ties: keep
+        changed = rarest != self.lead
+        self.lead = rarest
+        return changed
 
     def _enter_forward(self, module, args):
         if self.depth == 0 and os.getpid() == self.owner:
@@ -206,6 +281,11 @@ class StepWindow:
         self._synchronize()
         now = time.perf_counter()
         self.count += 1
+        if self.count == self.warmup and kind == OPTIMIZER and self._choose_lead():
+            self.count -= 1
+            return
+        if self.count == self.warmup and not self.measure_only and kind != FORWARD:
+            self._drop_forward_hooks()  # their graph inputs are recorded; timed steps run without them
         if self.count == 1:
             self.write("progress.json", {"kind": self.kind, "first_step_s": time.monotonic()})
         timed_end = self.warmup + self.steps
@@ -224,6 +304,12 @@ class StepWindow:
             self.finish(stopped=not self.full)
         self.waiting = 0.0
         self.last = time.perf_counter()
+
+    def _drop_forward_hooks(self) -> None:
+        for hook in self.hooks:
+            hook.remove()
+        self.hooks = []
+        self.depth = 0
 
     def _restart(self) -> None:
         self.count, self.last, self.kind = 0, None, None
@@ -291,8 +377,7 @@ class StepWindow:
 
     def finish(self, stopped: bool, ended_early: bool = False) -> None:
         self.done = True
-        for hook in getattr(self, "hooks", []):
-            hook.remove()  # the window is over (and Dynamo, capturing the graph, warns about global hooks)
+        self._drop_forward_hooks()  # the window is over (and Dynamo, capturing the graph, warns about global hooks)
         try:
             if not self.measure_only:
                 from advisor.run.describe import describe_run
@@ -303,11 +388,26 @@ class StepWindow:
         self.write("window.json", {"kind": self.kind, "steps_seen": self.count, "samples_ms": self.samples_ms,
                                    "data_wait_ms": self.data_wait_ms, "stopped": stopped,
                                    "ended_early": ended_early, "warmup_steps": self.warmup,
-                                   "first_gradients": self.first_gradients})
+                                   "optimizers": len(self.optimizers),
+                                   **self._injected()})
         if stopped:
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(0)
+
+    def _injected(self) -> dict:
+        """What a verification run did: whether the model was fixed, what the graph rewrite changed."""
+        if self.results is None:
+            return {}
+        self.results.save(self.out)
+        injection = self.injection
+        rewrite = injection.rewrite
+        return {"model_fixed": injection.model_fixed, "changes_model": injection.changes_model,
+                "compiled": injection.candidate.compiled,
+                "first_forward_s": self.results.first_forward_s, "changes_loader": injection.changes_loader,
+                "loader_options": injection.candidate.loader_options,
+                "rewrite_unapplied": rewrite.unapplied() if rewrite is not None else None,
+                "rewrite_described": rewrite.described() if rewrite is not None else ""}
 
     def _write_calls(self, steps: int) -> None:
         self.calls.__exit__(None, None, None)

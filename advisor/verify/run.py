@@ -22,6 +22,7 @@ from advisor.feed import Feed
 from advisor.rule import Finding, FixSpec, NotVerifiable, Verification
 from advisor.step import make_step
 from advisor.target import Target, call_user
+from advisor.verify.compiled import WatchedRewrite, eager_random_in_compiled_code
 from advisor.verify.measure import interleave, verdict
 from advisor.verify.numerics import compare, gradients_after, outputs_after
 from advisor.verify.plan import MeasuredFixes
@@ -120,7 +121,7 @@ def verify_one(
         return _verify_loader(target, candidate, budget, progress, label)
     rewrite = None
     if candidate.compile_backend is not None:
-        rewrite = _WatchedRewrite(candidate.compile_backend)
+        rewrite = WatchedRewrite(candidate.compile_backend)
         candidate = dataclasses.replace(candidate, compile_backend=rewrite)
     try:
         return _verify_step(target, candidate, tolerance, budget, progress, label, rewrite)
@@ -129,36 +130,14 @@ def verify_one(
                             note=f"the fixed copy raised {type(broken).__name__}: {str(broken).splitlines()[0] if str(broken) else ''}")
 
 
-class _WatchedRewrite:
-    """A graph-rewrite backend that records whether it changed any graph torch.compile gave it."""
-
-    def __init__(self, backend: Callable[..., Any]):
-        self.backend = backend
-        self.graphs = 0
-        self.changed = 0
-
-    def __call__(self, graph_module: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
-        before = graph_module.code
-        compiled = self.backend(graph_module, example_inputs)
-        self.graphs += 1
-        self.changed += graph_module.code != before
-        return compiled
-
-    def unapplied(self) -> str | None:
-        if self.changed:
-            return None
-        return ("torch.compile gave the fix's graph rewrite no graph to change" if not self.graphs else
-                f"the fix's graph rewrite found nothing to change in the {self.graphs} graph(s) torch.compile captured")
-
-
 def _verify_step(target: Target, candidate: Target, tolerance: float, budget: Budget,
-                 progress: Callable[[str], None], label: str, rewrite: _WatchedRewrite | None = None) -> Verification:
+                 progress: Callable[[str], None], label: str, rewrite: WatchedRewrite | None = None) -> Verification:
     device = str(target.device)
     base_model, base_feed, base_opt = target.fresh()
     cand_model, cand_feed, cand_opt = candidate.fresh()
     base_step = make_step(target, base_model, base_feed, base_opt)
     cand_step = make_step(candidate, cand_model, cand_feed, cand_opt)
-    with _eager_random_in_compiled_code():
+    with eager_random_in_compiled_code():
         torch.manual_seed(0)
         base = _first_result(target, base_model, base_feed, base_step)
         torch.manual_seed(0)
@@ -166,10 +145,8 @@ def _verify_step(target: Target, candidate: Target, tolerance: float, budget: Bu
         cand = _first_result(candidate, cand_model, cand_feed, cand_step)
         first_call_s = time.perf_counter() - began
     if rewrite is not None and (unapplied := rewrite.unapplied()) is not None:
-        why = (" (a forward Dynamo cannot trace, such as one under torch.compiler.disable, runs as it is)"
-               if not rewrite.graphs else "")
         return Verification(status="not-verifiable-here", device=device,
-                            note=f"{unapplied}{why}: the fix was not applied, so not measured")
+                            note=f"{unapplied}: the fix was not applied, so not measured")
     comparison = compare(base, cand)
     compile_s = round(first_call_s, 3) if candidate.compiled else None
     errors = dict(max_abs_error=comparison.max_abs_error, max_rel_error=comparison.max_rel_error,
@@ -188,7 +165,7 @@ def _verify_step(target: Target, candidate: Target, tolerance: float, budget: Bu
     ab = interleave(base_step, cand_step, target.device, budget_s=max(1.0, budget.left * PER_FIX_SHARE),
                     min_pairs=MIN_PAIRS)
     note = _numerics_note(target, comparison)
-    if rewrite is not None and hasattr(rewrite.backend, "describe") and (what := rewrite.backend.describe()):
+    if rewrite is not None and (what := rewrite.described()):
         note += f"; the candidate rewrote {what}"
     return _measured(ab, errors, note=note)
 
@@ -263,23 +240,3 @@ def _measured(ab, fields: dict, note: str) -> Verification:
         candidate_ms=round(statistics.median(ab.candidate_ms), 4),
         samples=len(ab.baseline_ms), note=note, **fields,
     )
-
-
-class _eager_random_in_compiled_code:
-    """Make compiled code draw random numbers like eager code (dropout), so outputs compare."""
-
-    def __enter__(self):
-        try:
-            import torch._inductor.config as inductor_config
-        except ImportError:
-            self._config = None
-            return self
-        self._config = inductor_config
-        self._saved = inductor_config.fallback_random
-        inductor_config.fallback_random = True
-        return self
-
-    def __exit__(self, *exc):
-        if self._config is not None:
-            self._config.fallback_random = self._saved
-        return False
