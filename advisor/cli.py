@@ -1,4 +1,4 @@
-"""The command line: ``advisor audit``, ``run``, ``analyze``, ``diff``, ``rules [explain SLUG]``."""
+"""The command line: ``advisor audit``, ``run``, ``ready``, ``analyze``, ``diff``, ``rules [explain SLUG]``."""
 
 from __future__ import annotations
 
@@ -134,6 +134,56 @@ def run(command, out_dir, formats, rule_dirs, settings, disabled, fail_on, warmu
     if script.endswith(".py") and not os.path.isfile(script):
         _fail(f"{script}: no such file; advisor run runs the command after --, e.g. advisor run -- python train.py")
     _audit_and_report(lambda progress: run_script(options, progress), script, options.stem, out_dir, chosen, fail_on,
+                      quiet, debug)
+
+
+def _batch_sizes(value: str) -> tuple[int, ...]:
+    try:
+        sizes = tuple(int(part) for part in value.split(",") if part.strip())
+    except ValueError:
+        sizes = ()
+    if not sizes or any(size < 1 for size in sizes):
+        raise click.BadParameter(f"expected comma-separated positive integers such as 1,8,32; got {value!r}")
+    return tuple(sorted(set(sizes), key=sizes.index))
+
+
+@cli.command()
+@click.argument("model_file", type=click.Path(dir_okay=False))
+@click.option("--batch-sizes", default="1,8,32", show_default=True, help="Comma-separated batch sizes to measure.")
+@click.option("--latency-budget", "latency_budget", type=click.FloatRange(min=0, min_open=True), default=None,
+              metavar="MS", help="p99 latency each call must meet, in ms.")
+@click.option("--precision", type=click.Choice(["bf16", "fp16"]), default="bf16", show_default=True,
+              help="Reduced precision to compare against fp32.")
+@click.option("--precision-tolerance", type=click.FloatRange(min=0), default=0.05, show_default=True,
+              help="Largest change of the outputs under reduced precision, over their magnitude.")
+@click.option("--determinism-tolerance", type=click.FloatRange(min=0), default=0.0, show_default=True,
+              help="Largest difference between two calls, over the outputs' magnitude (0: bit for bit).")
+@click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda[:N].")
+@click.option("--out", "out_dir", default="reports", show_default=True, help="Folder for the reports.")
+@click.option("--format", "formats", default="html,json", show_default=True, help="Comma-separated: html,json,md,sarif.")
+@click.option("--fail-on", type=click.Choice(["fail", "warn"]), default="fail", show_default=True,
+              help="Exit 1 when a check fails (or also when one warns).")
+@click.option("--timeout", type=click.FloatRange(min=1), default=300, show_default=True,
+              help="Seconds each stage may run before it is stopped.")
+@click.option("--quiet", is_flag=True, help="No progress on stderr.")
+@click.option("--debug", is_flag=True, help="Show tracebacks of failures.")
+def ready(model_file, batch_sizes, latency_budget, precision, precision_tolerance, determinism_tolerance, device,
+          out_dir, formats, fail_on, timeout, quiet, debug) -> None:
+    """Check MODEL_FILE is ready to deploy: export, compile, latency per batch size, memory, ..."""
+    from advisor.ready.checks import ReadyOptions
+    from advisor.ready.command import ReadyRunOptions, run_ready
+
+    chosen = _formats(formats)
+    sizes = _batch_sizes(batch_sizes)
+    if not os.path.isfile(model_file):
+        _fail(f"{model_file}: no such file; pass the path of a model file defining get_model() and get_inputs()")
+    options = ReadyRunOptions(
+        model_file=model_file, out_dir=out_dir, formats=chosen, batch_sizes=sizes, device=device, timeout=timeout,
+        fail_on=fail_on, checks=ReadyOptions(latency_budget_ms=latency_budget, precision=precision,
+                                             precision_tolerance=precision_tolerance,
+                                             determinism_tolerance=determinism_tolerance))
+    stem = os.path.splitext(os.path.basename(model_file))[0]
+    _audit_and_report(lambda progress: run_ready(options, progress), model_file, stem, out_dir, chosen, fail_on,
                       quiet, debug)
 
 

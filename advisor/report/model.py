@@ -13,6 +13,7 @@ from pydantic import BaseModel, Field
 
 from advisor.errors import StageError
 from advisor.evidence import DataLoaderInfo, Environment, FlopCount, GraphBreak, TargetInfo, Timing
+from advisor.ready.model import Readiness
 from advisor.rule import Finding, Layer, Verification
 
 SCHEMA_VERSION = "1.0"
@@ -111,6 +112,7 @@ class Report(BaseModel):
     rule_problems: list[RuleProblemRecord] = Field(default_factory=list)
     output: ModelOutput = Field(default_factory=ModelOutput)
     verification: VerificationSettings = Field(default_factory=VerificationSettings)
+    readiness: Readiness | None = Field(default=None, description="advisor ready's checks and latency table")
 
     def _repr_html_(self) -> str:
         """Jupyter shows the full HTML report inline."""
@@ -133,9 +135,13 @@ class Report(BaseModel):
         return [(layer, [f for f in self.findings if f.layer == layer]) for layer in Layer]
 
     def exit_code(self, fail_on: str, failed: bool = False) -> int:
-        """2 when the run itself failed, 1 when a finding is at or above ``fail_on``, else 0."""
+        """2 when the run itself failed, 1 when a finding is at or above ``fail_on`` (for a readiness
+        report: a check fails, or warns with ``fail_on="warn"``), else 0."""
         if failed:
             return 2
+        if self.readiness is not None:
+            failing = {"fail", "warn"} if fail_on == "warn" else {"fail"}
+            return 1 if any(check.status in failing for check in self.readiness.checks) else 0
         from advisor.rule import Severity
 
         return 1 if self.worst_severity_rank() >= Severity(fail_on).rank else 0

@@ -31,7 +31,9 @@ def print_summary(report: Report, written: dict[str, str]) -> None:
         t = report.timing
         line += f" · step {t.median_ms:.3f} ms (IQR {t.p25_ms:.3f}–{t.p75_ms:.3f}, n={len(t.samples_ms)})"
     click.echo(line)
-    if not report.findings:
+    if report.readiness is not None:
+        print_readiness(report)
+    elif not report.findings:
         click.echo("No findings.")
     for finding in report.findings:
         severity = finding.severity.value if finding.severity else "info"
@@ -51,6 +53,28 @@ def print_summary(report: Report, written: dict[str, str]) -> None:
         click.echo(f"Verification: {report.verification.note}")
     for fmt, path in written.items():
         click.echo(f"{fmt.upper()} report: {path}")
+
+
+_STATUS_COLOURS = {"pass": "green", "warn": "yellow", "fail": "red", "skipped": "white"}
+
+
+def print_readiness(report: Report) -> None:
+    readiness = report.readiness
+    for check in readiness.checks:
+        tag = click.style(f"{check.status.upper():<7}", fg=_STATUS_COLOURS[check.status])
+        click.echo(f"  {tag} {check.id}: {check.message}")
+        for location in check.locations[:3]:
+            click.echo(f"          at {short_path(location.file)}:{location.line}  {location.code}".rstrip())
+    for row in readiness.latency:
+        if row.error:
+            click.echo(f"  batch {row.batch_size:>5}: fails ({row.error})")
+            continue
+        memory = f", peak {row.peak_memory_mb:.4g} MB" if row.peak_memory_mb is not None else ""
+        click.echo(f"  batch {row.batch_size:>5}: p50 {row.p50_ms:.3g} ms, p90 {row.p90_ms:.3g} ms, p99 {row.p99_ms:.3g} ms "
+                   f"(n={row.samples}), {row.throughput_per_s:.4g} items/s{memory}")
+    if readiness.recommended_batch_size is not None:
+        click.echo(f"Recommended batch size: {readiness.recommended_batch_size} (largest whose p99 meets "
+                   f"{readiness.latency_budget_ms:g} ms)")
 
 
 def describe_verification(v: Verification) -> str:

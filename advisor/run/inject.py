@@ -5,7 +5,8 @@ model, it returns a new Target (see ``advisor.fixing``), and its changes are mad
 script's live objects, in a throwaway process of the script:
 
 - at once, before the script builds anything: library flags and silenced calls (the Target's
-  step switches, entered for the whole run), anomaly mode, DataLoader options;
+  step switches, entered for the whole run, and again at the model's first call), anomaly mode,
+  DataLoader options;
 - at the optimizer's first step: its parameter groups' options (foreach, fused);
 - at the model's first call: transforms, channels_last (model and 4-D inputs), torch.compile
   (with the fix's graph rewrite, if any) and autocast around its forward.
@@ -63,8 +64,7 @@ class Injection:
     def apply_now(self) -> None:
         """What must be in place before the script builds its model, loader and optimizer."""
         candidate = self.candidate
-        for switch in candidate.step_contexts:
-            self.switches.enter_context(switch())  # for the whole run: the process is the candidate's own
+        self.enter_switches()
         if candidate.detect_anomaly is not None:
             torch.autograd.set_detect_anomaly(candidate.detect_anomaly)
             torch.autograd.set_detect_anomaly = lambda *args, **kwargs: None  # the script's own call is the fix's target
@@ -74,6 +74,13 @@ class Injection:
             from advisor.verify.compiled import eager_random_in_compiled_code
 
             eager_random_in_compiled_code().__enter__()  # dropout draws as in eager code, so results compare
+
+    def enter_switches(self) -> None:
+        """The fix's flags and silenced calls, for the rest of the run (the process is the candidate's
+        own). Entered again at the model's first call: a script's own setting (``torch.set_num_threads``,
+        ``cudnn.benchmark = False``) made during its set-up must not undo the fix."""
+        for switch in self.candidate.step_contexts:
+            self.switches.enter_context(switch())
 
     def fix_optimizer(self, optimizer: Any) -> None:
         for group in optimizer.param_groups:

@@ -176,6 +176,7 @@ class StepWindow:
             on_first_call(model_matcher(self.model), self._model_found)
 
     def _model_found(self, model) -> None:
+        self.injection.enter_switches()
         if self.injection.changes_model:
             self.injection.fix_model(model)
         results = self.results

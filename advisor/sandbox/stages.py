@@ -14,6 +14,7 @@ import traceback
 from typing import Any, Callable, Protocol
 
 from advisor.errors import AuditError, StageError
+from advisor.ready.stages import READY_RUNNERS
 
 # calls runs before trace: a step that starts its own profiler cannot be profiled (nested Kineto
 # sessions crash the process), and the watched calls tell in advance.
@@ -230,3 +231,4 @@ STAGE_RUNNERS: dict[str, Callable[[dict, Callable[[str], None]], str | None]] = 
     "load": _load, "env": _env, "timing": _timing, "trace": _trace, "flops": _flops, "graph": _graph,
     "calls": _calls, "routing": _routing, "data": _data, "verify": _verify,
 }
+STAGE_RUNNERS.update(READY_RUNNERS)  # advisor ready's stages, in advisor/ready/stages.py

@@ -1,0 +1,136 @@
+"""Latency percentiles and peak memory per batch size, and the memory the device has.
+
+Warm-up calls are excluded; each call is timed alone (CUDA events on GPU, perf_counter_ns on
+CPU) under torch.inference_mode(). At least MIN_SAMPLES calls (or the time budget) per batch
+size, up to TARGET_SAMPLES for a p99 worth the name. Each percentile gets a bootstrap interval;
+a p99 from fewer than P99_SAMPLES calls is flagged as an estimate.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+import time
+from typing import Any, Callable
+
+import torch
+
+from advisor.ready.evidence import MemoryBudget
+from advisor.ready.model import LatencyRow, Percentile
+from advisor.ready.places import first_line, raised_at
+from advisor.target import call_model
+from advisor.timing import timer_for
+
+WARMUP_CALLS = 5
+MIN_SAMPLES = 50
+TARGET_SAMPLES = 300
+P99_SAMPLES = 100  # below this the top 1% is one call or none: an estimate
+RESAMPLES = 1000
+
+
+def measure_latency(model: torch.nn.Module, batch_of: Callable[[int], Any], sizes: list[int],
+                    device: torch.device, model_file: str, seconds_per_size: float = 2.0) -> list[LatencyRow]:
+    timer = timer_for(device)
+    rows = []
+    for size in sizes:
+        row = LatencyRow(batch_size=size)
+        rows.append(row)
+        try:
+            inputs = batch_of(size)
+            peak = PeakMemory(device)
+            with torch.inference_mode():
+                for _ in range(WARMUP_CALLS):
+                    call_model(model, inputs)
+                samples = _timed(lambda inputs=inputs: call_model(model, inputs), timer, seconds_per_size)
+            row.peak_memory_mb = peak.read_mb()
+        except Exception as failure:  # noqa: BLE001 - this batch size fails: the check says where
+            row.error = f"{type(failure).__name__}: {first_line(failure)}"
+            row.error_location = raised_at(failure, model_file)
+            continue
+        _fill(row, samples)
+    return rows
+
+
+def _timed(call: Callable[[], Any], timer: Callable[[Callable[[], Any]], float], seconds: float) -> list[float]:
+    samples: list[float] = []
+    began = time.monotonic()
+    while len(samples) < MIN_SAMPLES or (len(samples) < TARGET_SAMPLES and time.monotonic() - began < seconds):
+        samples.append(timer(call))
+    return samples
+
+
+def _fill(row: LatencyRow, samples: list[float]) -> None:
+    row.samples, row.samples_ms = len(samples), [round(s, 5) for s in samples]
+    row.p50, row.p90, row.p99 = (percentile_with_interval(samples, q) for q in (50, 90, 99))
+    row.p50_ms, row.p90_ms, row.p99_ms = row.p50.ms, row.p90.ms, row.p99.ms
+    row.p99_estimate = len(samples) < P99_SAMPLES
+    row.throughput_per_s = round(row.batch_size / (statistics.fmean(samples) / 1000), 2)
+
+
+def percentile(samples: list[float], q: float) -> float:
+    """Linear interpolation between closest ranks (numpy's default)."""
+    ordered = sorted(samples)
+    position = (len(ordered) - 1) * q / 100
+    low = int(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def percentile_with_interval(samples: list[float], q: float, seed: int = 0) -> Percentile:
+    rng = random.Random(seed)
+    estimates = sorted(percentile(rng.choices(samples, k=len(samples)), q) for _ in range(RESAMPLES))
+    return Percentile(ms=round(percentile(samples, q), 5), ci_low=round(estimates[int(0.025 * RESAMPLES)], 5),
+                      ci_high=round(estimates[int(0.975 * RESAMPLES) - 1], 5))
+
+
+class PeakMemory:
+    """Peak memory from now: the CUDA allocator's peak on GPU; on CPU the growth of the resident set's
+    high-water mark (reset through /proc/self/clear_refs where the kernel allows, else the process's)."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+            torch.cuda.reset_peak_memory_stats(device)
+            self.base = torch.cuda.memory_allocated(device)
+            return
+        self.base = _status_kb("VmRSS")
+        try:
+            with open("/proc/self/clear_refs", "w") as handle:
+                handle.write("5")  # resets VmHWM to the current RSS
+        except OSError:
+            pass
+
+    def read_mb(self) -> float | None:
+        if self.device.type == "cuda":
+            return round((torch.cuda.max_memory_allocated(self.device) - self.base) / 2**20, 2)
+        peak = _status_kb("VmHWM")
+        if peak is None or self.base is None:
+            return None
+        return round(max(0, peak - self.base) / 1024, 2)
+
+
+def _status_kb(field: str) -> int | None:
+    try:
+        with open("/proc/self/status") as handle:
+            for line in handle:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def memory_budget(device: torch.device) -> MemoryBudget:
+    if device.type == "cuda":
+        total = torch.cuda.get_device_properties(device).total_memory
+        return MemoryBudget(available_mb=round(total / 2**20, 1), what="the GPU's total memory")
+    try:
+        with open("/proc/meminfo") as handle:
+            for line in handle:
+                if line.startswith("MemAvailable:"):
+                    return MemoryBudget(available_mb=round(int(line.split()[1]) / 1024, 1),
+                                        what="the host's available memory")
+    except OSError:
+        pass
+    return MemoryBudget()

@@ -1,0 +1,37 @@
+"""The user's lines behind a failure: from an exception's traceback, or named in the text of a
+torch.export / Dynamo message (which quote the user's frames as ``File "x.py", line 7``)."""
+
+from __future__ import annotations
+
+import os
+import re
+
+from advisor.errors import user_location
+from advisor.rule import Location
+from advisor.sources import is_library_path
+
+_QUOTED_FRAME = re.compile(r'File "?(?P<file>[^",\n]+?)"?, line(?:no)? (?P<line>\d+)')
+_GUARD_SITE = re.compile(r"# (?P<file>[^ #]+\.py):(?P<line>\d+) in ")
+
+
+def raised_at(exc: BaseException, model_file: str) -> Location | None:
+    file, line, _ = user_location(exc.__traceback__, model_file)
+    return Location.at(file, line) if file else None
+
+
+def named_in(text: str, model_file: str) -> list[Location]:
+    """The user's frames a message names, innermost last, without repeats; the model file's first."""
+    found: list[tuple[str, int]] = []
+    for pattern in (_QUOTED_FRAME, _GUARD_SITE):
+        for match in pattern.finditer(text):
+            place = (match.group("file").strip(), int(match.group("line")))
+            if place not in found and os.path.isfile(place[0]) and not is_library_path(place[0]):
+                found.append(place)
+    mine = os.path.abspath(model_file)
+    found.sort(key=lambda place: os.path.abspath(place[0]) != mine)
+    return [Location.at(file, line) for file, line in found]
+
+
+def first_line(text: str) -> str:
+    lines = [line.strip() for line in str(text).strip().splitlines() if line.strip()]
+    return lines[0][:300] if lines else ""
