@@ -18,7 +18,9 @@ from advisor.rule import Location
 from advisor.target import call_model
 
 _GUARD_FAILURE = re.compile(r"^\s*- \d+/\d+: (?P<guard>.+)$")
-RECOMPILE_LOGGER = "torch.__recompiles"  # Dynamo's "recompiles" log artifact
+# a size's lower bound of 2 alone is Dynamo's own 0/1 specialisation, whatever line first used the size
+_SPECIALISATION_ONLY = re.compile(r"^2 <= [^<>=]+$")
+RECOMPILE_LOGGER = "torch._dynamo"  # its "recompiles" artifact (torch._dynamo.guards.__recompiles) stops there
 
 
 def measure_compile(model: torch.nn.Module, inputs: Any) -> CompileEvidence:
@@ -37,7 +39,9 @@ class _Recorded(logging.Handler):
         self.messages: list[str] = []
 
     def emit(self, record: logging.LogRecord) -> None:
-        self.messages.append(record.getMessage())
+        message = record.getMessage()
+        if message.lstrip().startswith("Recompiling function"):
+            self.messages.append(message)
 
 
 def measure_recompiles(model: torch.nn.Module, batch_of: Callable[[int], Any], sizes: list[int],
@@ -79,7 +83,7 @@ def _recompile(size: int, message: str, model_file: str) -> Recompile:
     on a size); a plain size mismatch is Dynamo's own static-to-dynamic and size-1 specialisation."""
     guards = [m.group("guard").strip() for line in message.splitlines() if (m := _GUARD_FAILURE.match(line))]
     places = named_in(message, model_file)
-    users = [g for g in guards if named_in(g, model_file)]
+    users = [g for g in guards if named_in(g, model_file) and not _SPECIALISATION_ONLY.match(g.split("  #")[0].strip())]
     reason = users[0] if users else (guards[0] if guards else first_line(message))
     return Recompile(batch_size=size, reason=reason.split("  #")[0].strip(), from_user_code=bool(users),
                      location=places[0] if users and places else None)

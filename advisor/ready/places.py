@@ -22,12 +22,15 @@ def raised_at(exc: BaseException, model_file: str) -> Location | None:
 def named_in(text: str, model_file: str) -> list[Location]:
     """The user's frames a message names, innermost last, without repeats; the model file's first."""
     found: list[tuple[str, int]] = []
+    mine = os.path.abspath(model_file)
     for pattern in (_QUOTED_FRAME, _GUARD_SITE):
         for match in pattern.finditer(text):
-            place = (match.group("file").strip(), int(match.group("line")))
-            if place not in found and os.path.isfile(place[0]) and not is_library_path(place[0]):
+            file = match.group("file").strip()
+            if not os.path.isfile(file) and mine.endswith(file.lstrip(".")):
+                file = mine  # guard comments shorten long paths from the left ("ork/main/model.py")
+            place = (file, int(match.group("line")))
+            if place not in found and os.path.isfile(file) and not is_library_path(file):
                 found.append(place)
-    mine = os.path.abspath(model_file)
     found.sort(key=lambda place: os.path.abspath(place[0]) != mine)
     return [Location.at(file, line) for file, line in found]
 
