@@ -93,3 +93,24 @@ def _distinct_colours(png: bytes) -> int:
         for x in range(0, len(line) - channels, channels * max(1, width // 200)):
             colours.add(line[x:x + channels])
     return len(colours)
+
+
+@pytest.mark.slow
+def test_the_readiness_report_renders_its_checklist_and_chart_offline(browser, tmp_path):
+    from advisor.ready.checks import ReadyOptions
+    from advisor.ready.command import ReadyRunOptions, run_ready
+    from conftest import SAMPLES
+
+    options = ReadyRunOptions(model_file=str(SAMPLES / "ready" / "size_branch.py"), out_dir=str(tmp_path),
+                              seconds_per_size=0.3, checks=ReadyOptions(latency_budget_ms=50.0))
+    page = tmp_path / "size_branch.html"
+    run_ready(options).report.save(str(page))
+    browser.open(page.as_uri())
+    assert browser.evaluate("document.querySelectorAll('section.check').length") == 10
+    assert browser.evaluate("document.querySelectorAll('section.check.fail').length") == 1  # recompiles
+    assert browser.evaluate("document.querySelectorAll('#latency-chart circle.p99').length") == 3
+    assert browser.evaluate("document.querySelectorAll('#latency-chart #budget').length") == 1
+    assert browser.evaluate("document.querySelector('#count-fail').textContent") == "1"
+    assert browser.console_errors() == []
+    assert [url for url in browser.requested_urls() if not url.startswith(("file:", "data:"))] == []
+    assert _distinct_colours(browser.screenshot()) > 50

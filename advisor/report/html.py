@@ -31,4 +31,8 @@ _ENV.filters["pct"] = lambda v: "–" if v is None else f"{100 * v:.1f}%"
 
 
 def render_html(report: Report) -> str:
+    if report.readiness is not None:
+        from advisor.report.latency_chart import latency_chart
+
+        return _ENV.get_template("ready.html.j2").render(report=report, chart=latency_chart(report.readiness))
     return _ENV.get_template("report.html.j2").render(report=report)

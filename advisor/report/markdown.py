@@ -14,6 +14,8 @@ _ICONS = {"high": "🔴", "medium": "🟠", "low": "🔵", "info": "⚪"}
 
 
 def render_markdown(report: Report) -> str:
+    if report.readiness is not None:
+        return _readiness(report)
     target = report.target
     lines = [f"## advisor: {_escape(target.model_class or 'model')} ({target.mode}, {target.device})", ""]
     summary = []
@@ -39,6 +41,44 @@ def render_markdown(report: Report) -> str:
             lines += _details(finding)
     else:
         lines.append("No findings.")
+    lines.append(f"<sub>advisor {report.advisor_version} · {report.created}</sub>")
+    return "\n".join(lines) + "\n"
+
+
+_STATUS_ICONS = {"fail": "❌", "warn": "⚠️", "pass": "✅", "skipped": "➖"}
+
+
+def _readiness(report: Report) -> str:
+    """Failed and warned checks first, each with its lines; the latency table; the rest in one line."""
+    readiness = report.readiness
+    lines = [f"## advisor ready: {_escape(report.target.model_class or 'model')} ({report.target.device})", ""]
+    counts = {status: sum(1 for c in readiness.checks if c.status == status) for status in _STATUS_ICONS}
+    lines += [" · ".join(f"{_STATUS_ICONS[s]} {n} {s}" for s, n in counts.items() if n), ""]
+    for error in report.errors:
+        lines.append(f"> ⚠️ **{error.stage}** ({error.kind}): {_escape(error.message)}")
+    flagged = [c for c in readiness.checks if c.status in ("fail", "warn")]
+    if flagged:
+        lines += ["| | check | what | where |", "|---|---|---|---|"]
+        for check in flagged:
+            where = ", ".join(f"`{short_path(loc.file)}:{loc.line}`" for loc in check.locations[:3])
+            lines.append(f"| {_STATUS_ICONS[check.status]} {check.status} | `{check.id}` | {_escape(check.message)} | {where} |")
+        lines.append("")
+    rest = [f"{_STATUS_ICONS[c.status]} `{c.id}`" for c in readiness.checks if c.status not in ("fail", "warn")]
+    if rest:
+        lines += [" · ".join(rest), ""]
+    if readiness.latency:
+        lines += ["| batch | p50 ms | p90 ms | p99 ms | calls | items/s | peak MB |", "|---|---|---|---|---|---|---|"]
+        for row in readiness.latency:
+            if row.error:
+                lines.append(f"| {row.batch_size} | fails: {_escape(row.error)} | | | | | |")
+            else:
+                lines.append(f"| {row.batch_size} | {row.p50_ms:.3g} | {row.p90_ms:.3g} | {row.p99_ms:.3g} "
+                             f"[{row.p99.ci_low:.3g}–{row.p99.ci_high:.3g}] | {row.samples} | "
+                             f"{row.throughput_per_s:.4g} | {row.peak_memory_mb if row.peak_memory_mb is not None else ''} |")
+        lines.append("")
+    if readiness.recommended_batch_size is not None:
+        lines += [f"Recommended batch size: **{readiness.recommended_batch_size}** (largest whose p99 meets "
+                  f"{readiness.latency_budget_ms:g} ms)", ""]
     lines.append(f"<sub>advisor {report.advisor_version} · {report.created}</sub>")
     return "\n".join(lines) + "\n"
 

@@ -1,4 +1,5 @@
-"""The report as SARIF 2.1.0, for code-scanning tools: one result per finding location."""
+"""The report as SARIF 2.1.0, for code-scanning tools: one result per finding (and per failed or warned
+readiness check), at its locations."""
 
 from __future__ import annotations
 
@@ -27,6 +28,15 @@ def render_sarif(report: Report) -> str:
                 "properties": {"layer": finding.layer.value},
             })
     results = [_result(finding, index[finding.code]) for finding in report.findings]
+    if report.readiness is not None:  # the checks that failed or warned, as results of their own rules
+        for check in report.readiness.checks:
+            if check.status not in ("fail", "warn"):
+                continue
+            if check.id not in index:
+                index[check.id] = len(rules)
+                rules.append({"id": check.id, "name": check.id, "shortDescription": {"text": f"readiness: {check.id}"},
+                              "properties": {"layer": "readiness"}})
+            results.append(_check_result(check, index[check.id]))
     document = {
         "$schema": SCHEMA,
         "version": "2.1.0",
@@ -54,6 +64,15 @@ def _result(finding: Finding, rule_index: int) -> dict:
     if locations:
         result["locations"] = locations
     return _clean(result)
+
+
+def _check_result(check, rule_index: int) -> dict:
+    result = {"ruleId": check.id, "ruleIndex": rule_index, "level": "error" if check.status == "fail" else "warning",
+              "message": {"text": check.message}, "properties": {"status": check.status}}
+    locations = [_location(loc.file, loc.line, loc.code) for loc in check.locations if loc.file and loc.line > 0]
+    if locations:
+        result["locations"] = locations
+    return result
 
 
 def _location(file: str, line: int, code: str) -> dict:
