@@ -7,13 +7,17 @@ when its stage failed or did not apply; rules must check before reading.
 from __future__ import annotations
 
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import networkx as nx
 from pydantic import BaseModel, ConfigDict, Field
 
 from advisor.kineto import Trace
 
+if TYPE_CHECKING:
+    from advisor.rule import Margin
+
+SHARE_NOISE_FLOOR = 0.1  # a share measured over a few profiled steps moves at least this much (relative)
 
 class TargetInfo(BaseModel):
     model_file: str
@@ -231,6 +235,16 @@ class Evidence(BaseModel):
     @property
     def on_cuda(self) -> bool:
         return self.target.device.startswith("cuda")
+
+    def share_margin(self, quantity: str, share: float, threshold: float) -> Margin:
+        """A share of the step against its threshold, with the share's run-to-run noise: the step
+        time's spread (its coefficient of variation), at least SHARE_NOISE_FLOOR of the share for the
+        profiled time it is divided into."""
+        from advisor.rule import Margin
+
+        spread = self.timing.cv if self.timing is not None else 0.0
+        return Margin(quantity=quantity, value=round(share, 4), threshold=threshold,
+                      noise=round(share * max(spread, SHARE_NOISE_FLOOR), 4))
 
     def share_of_step(self, us_per_step: float) -> float | None:
         """``us_per_step`` of profiled op time as a share of the step.

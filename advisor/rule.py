@@ -146,6 +146,23 @@ class Verification(BaseModel):
         return self.status in ("slower", "numerics-failed", "fix-failed")
 
 
+class Margin(BaseModel):
+    """The measured value a rule held against its threshold, and how much that value moves run to run.
+
+    A finding whose value lies within its noise of the threshold is borderline: another run of the
+    same code may not report it, and ``advisor diff`` says so instead of calling it added or resolved.
+    """
+
+    quantity: str
+    value: float
+    threshold: float
+    noise: float = Field(description="the value's run-to-run uncertainty, in the value's unit")
+
+    @property
+    def borderline(self) -> bool:
+        return abs(self.value - self.threshold) <= self.noise
+
+
 class Finding(BaseModel):
     """One item of the checklist. Rules set what they saw; the engine sets who saw it."""
 
@@ -166,6 +183,7 @@ class Finding(BaseModel):
     demoted: str = Field(default="", description="why the finding was demoted to INFO after its fix was measured "
                                                  "(no gain, or slower); empty when it was not")
     severity_before_demotion: Severity | None = None
+    margin: Margin | None = Field(default=None, description="the value that decided it against its threshold")
 
 
 @dataclass(frozen=True)

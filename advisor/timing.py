@@ -2,8 +2,9 @@
 
 CUDA events on GPU (device time between the step's first and last launch, synchronized);
 ``time.perf_counter_ns`` around each step on CPU. Samples are collected until both a minimum
-count and a minimum time are reached (so a transient cannot dominate a fast model), or until
-the maximum count or the time budget runs out.
+count and a minimum time are reached (so a transient cannot dominate a fast model) and the
+median is known to within MEDIAN_PRECISION (a noisy machine takes more samples, so two runs
+compare: see ``advisor diff``), or until the maximum count or the time budget runs out.
 """
 
 from __future__ import annotations
@@ -17,6 +18,16 @@ import torch
 from advisor.evidence import Timing
 
 MIN_SAMPLES_SLOW = 3
+MEDIAN_PRECISION = 0.025  # half-width of the median's ~95% interval, over the median
+
+
+def median_half_width(samples_ms: list[float]) -> float:
+    """The median's ~95% interval half-width over the median (1.57 IQR / sqrt(n), McGill et al.)."""
+    if len(samples_ms) < 4:
+        return float("inf")
+    quartiles = statistics.quantiles(samples_ms, n=4, method="inclusive")
+    median = statistics.median(samples_ms)
+    return 1.57 * (quartiles[2] - quartiles[0]) / len(samples_ms) ** 0.5 / median if median > 0 else float("inf")
 
 
 def summarize(samples_ms: list[float], timer: str, warmup: int) -> Timing:
@@ -57,7 +68,8 @@ def time_steps(
         if on_sample is not None:
             on_sample(len(samples))
         elapsed = time.perf_counter() - started
-        if len(samples) >= min_samples and elapsed >= min_time_s:
+        if len(samples) >= min_samples and elapsed >= min_time_s and (
+                elapsed >= budget_s or median_half_width(samples) <= MEDIAN_PRECISION):
             break
         if len(samples) >= MIN_SAMPLES_SLOW and elapsed >= budget_s:
             break  # a slow step: a few samples within the budget beat a long wait

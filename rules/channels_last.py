@@ -78,6 +78,7 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
                  + ("" if ev.on_cuda else "; on this CPU the gain depends on oneDNN's kernels: the verification "
                                           "measures it")),
         impact=None,  # the gain is a fraction of the convolution time, which verification measures
+        margin=ev.share_margin("convolution share of the step", share, th.min_share_cuda if ev.on_cuda else th.min_share),
         evidence={"nchw_conv_layers": len(layers), "conv_share_of_step": round(share, 4),
                   "conv_ms_per_step": round(conv_us / 1000, 4), "low_precision": low_precision},
         locations=[Location.at(n.file, n.line, function=f"module {n.module_path}",

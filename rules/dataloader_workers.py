@@ -92,6 +92,7 @@ def _too_few_workers(ev: Evidence, data: DataLoaderInfo, step_ms: float, th: Thr
         severity=Severity.HIGH if share >= th.high_share else Severity.MEDIUM,
         message=message,
         impact=share,
+        margin=ev.share_margin("data wait share of the iteration", share, th.min_share),
         evidence={
             "batch_ms": round(batch_ms, 4), "step_ms": round(step_ms, 4), "data_wait_share": round(share, 4),
             "num_workers": data.num_workers, "workers_needed": needed, "workers_suggested": suggested,

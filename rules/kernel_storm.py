@@ -135,6 +135,7 @@ def _cpu(ev: Evidence, trace: Trace, th: Thresholds) -> Iterator[Finding]:
               f"(at an assumed {th.gpu_launch_us:g} µs each), whatever the GPU's speed"
         ),
         impact=round(min(1.0, share), 4) if share is not None else None,
+        margin=ev.share_margin("dispatch share of the step", share, th.min_overhead_share) if share is not None else None,
         evidence={
             "ops_per_step": ops_per_step,
             "mean_op_us": round(mean_op_us, 3),

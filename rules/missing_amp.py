@@ -93,6 +93,7 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
             f"{share:.0%} of the step; {advice}"
         ),
         impact=share,
+        margin=ev.share_margin("matmul share of the step", share, th.min_matmul_share),
         evidence={
             "matmul_gflop_per_step": round(matmul_flops / 1e9, 4),
             "matmul_share_of_step": round(share, 4),

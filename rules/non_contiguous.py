@@ -108,6 +108,7 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
             f"(paid by {', '.join(sorted(worst.paid_by))}{made_by})"
         ),
         impact=share,
+        margin=ev.share_margin("layout-copy share of the step", share, th.min_share),
         evidence={
             "copy_share_of_step": round(share, 4),
             "copy_ms_per_step": round(copy_us / 1000, 4),

@@ -88,13 +88,11 @@ class StepWindow:
         self.marker = spec.get("step_marker") or ""
         self.spec = spec
         self.measure_only = bool(spec.get("measure_only"))  # verification: time the window, nothing else
-        self.model = spec.get("model") or {}  # verification: the audit run's model (class, parameter count)
         if self.marker:
             self.kind = MARKER
         elif self.measure_only and spec.get("kind"):
             self.kind = spec["kind"]  # as the audit run found it: no restarts, no forward hooks unless forwards step
-        self.injection = None
-        self.results = None
+        self.verification = None  # a measure-only run's fixes and first results (measured_run.py)
         self.optimizer_steps: dict[int, int] = {}
         self.lead: int | None = None  # the optimizer whose steps end a step
         self.hooks: list = []
@@ -120,7 +118,10 @@ class StepWindow:
             return result
         torch.profiler.profile.step = profiler_step
         if self.measure_only:
-            self._prepare_measurement()
+            from advisor.run.measured_run import MeasuredRun
+
+            self.verification = MeasuredRun(self)
+            self.verification.prepare()
         else:
             self.hooks = [torch.nn.modules.module.register_module_forward_pre_hook(self._enter_forward),
                           torch.nn.modules.module.register_module_forward_hook(self._leave_forward)]
@@ -144,59 +145,6 @@ class StepWindow:
         if self.marker:
             self._find_marker()
         self.write("installed.json", {"pid": self.owner})
-
-    def _prepare_measurement(self) -> None:
-        """Seed, inject the fixes, and find the model at its first call (its hooks, its first output)."""
-        import random
-
-        import torch
-        from torch.optim.optimizer import register_optimizer_step_pre_hook
-
-        from advisor.rule import NotVerifiable
-        from advisor.run.first_results import FirstResults
-        from advisor.run.inject import Injection, fixed_target, model_matcher, on_first_call
-
-        random.seed(0)
-        torch.manual_seed(0)
-        if "numpy" in sys.modules:
-            sys.modules["numpy"].random.seed(0)
-        try:
-            self.injection = Injection(*fixed_target({**self.spec, "script": self.script}))
-            self.injection.apply_now()
-        except NotVerifiable as reason:
-            self.write("fix_refused.json", {"reason": str(reason)})
-            os._exit(0)
-        except Exception as broken:  # noqa: BLE001 - a fix is code too
-            self.write("fix_error.json", {"message": f"applying the fix raised {type(broken).__name__}: {broken}"})
-            os._exit(0)
-        self.results = FirstResults()
-        self.results.watch_backward()
-        register_optimizer_step_pre_hook(self._before_optimizer_step)
-        if self.model:
-            on_first_call(model_matcher(self.model), self._model_found)
-
-    def _model_found(self, model) -> None:
-        self.injection.enter_switches()
-        if self.injection.changes_model:
-            self.injection.fix_model(model)
-        results = self.results
-        called = time.perf_counter()
-
-        def first_output(module, args, output):
-            results.record_output(output)
-            results.first_forward_s = time.perf_counter() - called  # with the fix: torch.compile's time too
-            recorder.remove()
-        recorder = model.register_forward_hook(first_output)
-        if self.kind == FORWARD:
-            self.hooks = [model.register_forward_pre_hook(self._enter_forward),
-                          model.register_forward_hook(self._leave_forward)]
-
-    def _before_optimizer_step(self, optimizer, args, kwargs) -> None:
-        if os.getpid() != self.owner or self.done:
-            return
-        if id(optimizer) not in self.results.stepped and self.injection.changes_optimizer:
-            self.injection.fix_optimizer(optimizer)  # before its first step builds any state
-        self.results.before_optimizer_step(optimizer)
 
     def _find_marker(self) -> None:
         """Wrap the --step-marker function (``qualname`` in the script, or ``module:qualname``) at its
@@ -390,25 +338,11 @@ class StepWindow:
                                    "data_wait_ms": self.data_wait_ms, "stopped": stopped,
                                    "ended_early": ended_early, "warmup_steps": self.warmup,
                                    "optimizers": len(self.optimizers),
-                                   **self._injected()})
+                                   **(self.verification.summary() if self.verification is not None else {})})
         if stopped:
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(0)
-
-    def _injected(self) -> dict:
-        """What a verification run did: whether the model was fixed, what the graph rewrite changed."""
-        if self.results is None:
-            return {}
-        self.results.save(self.out)
-        injection = self.injection
-        rewrite = injection.rewrite
-        return {"model_fixed": injection.model_fixed, "changes_model": injection.changes_model,
-                "compiled": injection.candidate.compiled,
-                "first_forward_s": self.results.first_forward_s, "changes_loader": injection.changes_loader,
-                "loader_options": injection.candidate.loader_options,
-                "rewrite_unapplied": rewrite.unapplied() if rewrite is not None else None,
-                "rewrite_described": rewrite.described() if rewrite is not None else ""}
 
     def _write_calls(self, steps: int) -> None:
         self.calls.__exit__(None, None, None)
