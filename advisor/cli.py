@@ -216,10 +216,11 @@ def analyze(paths, out_dir, formats, rule_dirs, settings, disabled, fail_on, deb
 @click.argument("old_report", type=click.Path())
 @click.argument("new_report", type=click.Path())
 @click.option("--threshold", type=click.FloatRange(min=0), default=0.05, show_default=True,
-              help="Step time growth (0.05 = 5%) above which the diff exits 1.")
+              help="Change (0.05 = 5%) the 95% interval of the step time (or a latency percentile) must "
+                   "clear before the diff calls it; exit 1 on a regression or a readiness check that got worse.")
 @click.option("--html", "html_path", type=click.Path(dir_okay=False), help="Also write the diff as HTML here.")
 def diff(old_report, new_report, threshold, html_path) -> None:
-    """Compare two JSON reports: step time change, findings added and resolved (exit 1 on regression)."""
+    """Compare two JSON reports: step time, findings, readiness checks and latency (exit 1 on regression)."""
     from advisor.diff import DiffInputError, diff_reports, load_report, render_text
     from advisor.diff import render_html as render_diff_html
 

@@ -1,8 +1,16 @@
-"""Compare two audit reports: step time change, findings added and resolved — a CI gate."""
+"""Compare two reports: step time change, findings added and resolved, readiness checks and latency
+percentiles — a CI gate that does not flap.
+
+A change is called only when the bootstrap interval of the new/old ratio (each run's saved samples
+resampled on its own) clears the threshold; a finding present in one run only whose deciding
+value lay within its noise of the threshold is "borderline", not added or resolved.
+"""
 
 from __future__ import annotations
 
 import os
+import random
+import statistics
 from dataclasses import dataclass, field
 
 from jinja2 import Environment, select_autoescape
@@ -15,6 +23,60 @@ class DiffInputError(ValueError):
     """A report file is missing or is not an advisor JSON report."""
 
 
+BOOTSTRAP_RESAMPLES = 2000
+MIN_SAMPLES = 5  # fewer timed steps than this on either side: the change is reported, not judged
+
+
+@dataclass
+class Change:
+    """new/old of a median (or a percentile) with a bootstrap interval, judged against a threshold."""
+
+    ratio: float
+    ci_low: float
+    ci_high: float
+    threshold: float
+    judged: bool = True  # False: too few samples to compute an interval
+
+    @property
+    def verdict(self) -> str:
+        if self.ci_low > 1 + self.threshold:
+            return "slower"
+        if self.ci_high < 1 - self.threshold:
+            return "faster"
+        if self.ci_low <= 1 - self.threshold or self.ci_high >= 1 + self.threshold:
+            return "inconclusive"  # the interval reaches past the threshold: the runs are too noisy to call it
+        return "unchanged"
+
+
+def compare_samples(old: list[float], new: list[float], threshold: float, statistic=None, seed: int = 0) -> Change | None:
+    """The change of ``statistic`` (the median) from ``old`` to ``new`` samples, with a bootstrap 95%
+    interval: each side resampled on its own. Called a change only when the interval clears the threshold."""
+    statistic = statistic or statistics.median
+    if not old or not new or statistic(old) <= 0:
+        return None
+    ratio = statistic(new) / statistic(old)
+    if len(old) < MIN_SAMPLES or len(new) < MIN_SAMPLES:
+        return Change(ratio, ratio, ratio, threshold, judged=False)
+    rng = random.Random(seed)
+    ratios = sorted(statistic(rng.choices(new, k=len(new))) / max(statistic(rng.choices(old, k=len(old))), 1e-12)
+                    for _ in range(BOOTSTRAP_RESAMPLES))
+    return Change(ratio, ratios[int(0.025 * BOOTSTRAP_RESAMPLES)], ratios[int(0.975 * BOOTSTRAP_RESAMPLES) - 1], threshold)
+
+
+@dataclass
+class CheckChange:
+    id: str
+    old: str
+    new: str
+
+
+@dataclass
+class LatencyChange:
+    batch_size: int
+    p50: Change | None
+    p99: Change | None
+
+
 @dataclass
 class ReportDiff:
     old: Report
@@ -23,18 +85,35 @@ class ReportDiff:
     added: list[Finding] = field(default_factory=list)
     resolved: list[Finding] = field(default_factory=list)
     kept: list[tuple[Finding, Finding]] = field(default_factory=list)
+    borderline: list[Finding] = field(default_factory=list)  # in one run only, decided within its noise
+    checks: list[CheckChange] = field(default_factory=list)  # readiness checks whose status changed
+    latency: list[LatencyChange] = field(default_factory=list)
+
+    @property
+    def step(self) -> Change | None:
+        if self.old.timing is None or self.new.timing is None:
+            return None
+        return compare_samples(self.old.timing.samples_ms, self.new.timing.samples_ms, self.threshold)
 
     @property
     def step_change(self) -> float | None:
         """Relative change of the median step time (+0.10: 10% slower)."""
-        if self.old.timing is None or self.new.timing is None or self.old.timing.median_ms <= 0:
-            return None
-        return self.new.timing.median_ms / self.old.timing.median_ms - 1
+        step = self.step
+        return None if step is None else step.ratio - 1
 
     @property
     def regressed(self) -> bool:
-        change = self.step_change
-        return change is not None and change > self.threshold
+        """The gate: the step, or a latency percentile, is slower beyond the threshold with the interval
+        clear of it; or a readiness check got worse (pass -> warn/fail, warn -> fail)."""
+        step = self.step
+        if step is not None and (step.verdict == "slower" if step.judged else step.ratio - 1 > self.threshold):
+            return True
+        if any(c is not None and c.verdict == "slower" for row in self.latency for c in (row.p50, row.p99)):
+            return True
+        return any(STATUS_RANK.get(c.new, 0) > STATUS_RANK.get(c.old, 0) for c in self.checks)
+
+
+STATUS_RANK = {"skipped": 0, "pass": 0, "warn": 1, "fail": 2}
 
 
 def load_report(path: str) -> Report:
@@ -58,25 +137,67 @@ def diff_reports(old: Report, new: Report, threshold: float = 0.05) -> ReportDif
     result = ReportDiff(old=old, new=new, threshold=threshold)
     old_by_key = {_key(f): f for f in old.findings}
     new_by_key = {_key(f): f for f in new.findings}
-    result.added = [f for k, f in new_by_key.items() if k not in old_by_key]
-    result.resolved = [f for k, f in old_by_key.items() if k not in new_by_key]
+    only_new = [f for k, f in new_by_key.items() if k not in old_by_key]
+    only_old = [f for k, f in old_by_key.items() if k not in new_by_key]
+    result.borderline = [f for f in only_old + only_new if f.margin is not None and f.margin.borderline]
+    result.added = [f for f in only_new if f not in result.borderline]
+    result.resolved = [f for f in only_old if f not in result.borderline]
     result.kept = [(old_by_key[k], f) for k, f in new_by_key.items() if k in old_by_key]
+    if old.readiness is not None and new.readiness is not None:
+        _diff_readiness(result, old.readiness, new.readiness)
     return result
+
+
+def _diff_readiness(result: ReportDiff, old, new) -> None:
+    before = {c.id: c.status for c in old.checks}
+    result.checks = [CheckChange(c.id, before[c.id], c.status) for c in new.checks
+                     if c.id in before and before[c.id] != c.status]
+    old_rows = {row.batch_size: row for row in old.latency if not row.error and row.samples_ms}
+    for row in new.latency:
+        if row.error or not row.samples_ms or row.batch_size not in old_rows:
+            continue
+        previous = old_rows[row.batch_size].samples_ms
+        result.latency.append(LatencyChange(
+            row.batch_size, compare_samples(previous, row.samples_ms, result.threshold),
+            compare_samples(previous, row.samples_ms, result.threshold, statistic=_p99)))
+
+
+def _p99(samples: list[float]) -> float:
+    from advisor.ready.latency import percentile
+
+    return percentile(samples, 99)
+
+
+def _said(change: Change) -> str:
+    if not change.judged:
+        verdict = "REGRESSION" if change.ratio - 1 > change.threshold else "not judged (fewer than 5 samples)"
+        return f"{change.ratio - 1:+.1%}: {verdict}"
+    verdict = {"slower": "REGRESSION", "faster": "faster", "unchanged": "within threshold",
+               "inconclusive": "inconclusive (the runs' spread reaches past the threshold)"}[change.verdict]
+    return f"{change.ratio - 1:+.1%} [{change.ci_low - 1:+.1%}, {change.ci_high - 1:+.1%}]: {verdict}"
 
 
 def render_text(diff: ReportDiff) -> str:
     lines = []
-    change = diff.step_change
-    if change is None:
+    step = diff.step
+    if step is None:
         lines.append("step time: not comparable (a report has no timing)")
     else:
-        verdict = "REGRESSION" if diff.regressed else ("faster" if change < 0 else "within threshold")
         lines.append(f"step time: {diff.old.timing.median_ms:.4g} ms -> {diff.new.timing.median_ms:.4g} ms "
-                     f"({change:+.1%}; threshold +{diff.threshold:.0%}): {verdict}")
+                     f"({_said(step)}; threshold ±{diff.threshold:.0%}, 95% interval of the ratio of medians)")
     for title, findings in (("added", diff.added), ("resolved", diff.resolved)):
         lines.append(f"{title}: {len(findings)}")
         lines += [f"  {f.code} {f.slug}: {f.message}" for f in findings]
+    if diff.borderline:
+        lines.append(f"borderline (in one run only, decided within the noise of its threshold): {len(diff.borderline)}")
+        lines += [f"  {f.code} {f.slug}: {f.margin.quantity} {f.margin.value:.3g} against {f.margin.threshold:.3g} "
+                  f"(noise ±{f.margin.noise:.2g})" for f in diff.borderline]
     lines.append(f"unchanged: {len(diff.kept)}")
+    for check in diff.checks:
+        lines.append(f"check {check.id}: {check.old} -> {check.new}")
+    for row in diff.latency:
+        parts = [f"{name} {_said(change)}" for name, change in (("p50", row.p50), ("p99", row.p99)) if change is not None]
+        lines.append(f"batch {row.batch_size}: " + "; ".join(parts))
     for label, report in (("old", diff.old), ("new", diff.new)):
         combined = report.verification.combined
         if combined is not None and combined.speedup is not None:
@@ -95,12 +216,17 @@ border-bottom:1px solid #dde2ea}table{border-collapse:collapse;width:100%}</styl
 {% if change is not none %}<p>Step time {{ "%.4g"|format(old.timing.median_ms) }} ms → {{ "%.4g"|format(new.timing.median_ms) }} ms:
 <span class="{{ 'bad' if regressed else 'good' }}">{{ "%+.1f"|format(change * 100) }}%</span>
 (threshold +{{ "%.0f"|format(threshold * 100) }}%)</p>{% else %}<p>Step time not comparable.</p>{% endif %}
-{% for title, items in [("Added", added), ("Resolved", resolved)] %}<h2>{{ title }} ({{ items|length }})</h2>
+{% for title, items in [("Added", added), ("Resolved", resolved), ("Borderline (one run only, within the noise of its threshold)", borderline)] %}<h2>{{ title }} ({{ items|length }})</h2>
 <table>{% for f in items %}<tr><td>{{ f.code }}</td><td>{{ f.slug }}</td><td>{{ f.message }}</td></tr>{% endfor %}</table>
-{% endfor %}<p>Unchanged: {{ kept|length }}</p></body></html>
+{% endfor %}<p>Unchanged: {{ kept|length }}</p>
+{% if checks %}<h2>Readiness checks that changed</h2><table>{% for c in checks %}<tr><td>{{ c.id }}</td><td>{{ c.old }} → {{ c.new }}</td></tr>{% endfor %}</table>{% endif %}
+{% if latency %}<h2>Latency by batch size</h2><table><tr><th>batch</th><th>p50</th><th>p99</th></tr>{% for row in latency %}<tr><td>{{ row.batch_size }}</td>
+<td>{% if row.p50 %}{{ "%+.1f"|format((row.p50.ratio - 1) * 100) }}% ({{ row.p50.verdict }}){% endif %}</td><td>{% if row.p99 %}{{ "%+.1f"|format((row.p99.ratio - 1) * 100) }}% ({{ row.p99.verdict }}){% endif %}</td></tr>{% endfor %}</table>{% endif %}
+</body></html>
 """)
 
 
 def render_html(diff: ReportDiff) -> str:
     return _HTML.render(old=diff.old, new=diff.new, change=diff.step_change, regressed=diff.regressed,
-                        threshold=diff.threshold, added=diff.added, resolved=diff.resolved, kept=diff.kept)
+                        threshold=diff.threshold, added=diff.added, resolved=diff.resolved, kept=diff.kept,
+                        borderline=diff.borderline, checks=diff.checks, latency=diff.latency)

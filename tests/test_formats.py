@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 import subprocess
 import sys
 from pathlib import Path
@@ -104,3 +105,55 @@ def test_diff_cli_exit_codes(tmp_path):
     broken.write_text("{}")
     bad = subprocess.run(command + [str(old), str(broken)], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "not an advisor JSON report" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def _noisy(median: float, spread: float, n: int = 10, seed: int = 0) -> list[float]:
+    rng = random.Random(seed)
+    return [median * (1 + rng.uniform(-spread, spread)) for _ in range(n)]
+
+
+def test_the_diff_gate_decides_from_the_runs_own_spread():
+    # the flapping case seen on one sample: 59 ms steps, one run spread 57-75 ms, the other 54-57 ms
+    old, new = _report(), _report()
+    old.timing.samples_ms = [57.0, 58.0, 59.0, 61.0, 66.0, 70.0, 72.0, 75.0, 58.5, 60.0]
+    new.timing.samples_ms = [54.0, 54.5, 55.0, 55.5, 56.0, 56.5, 57.0, 55.2, 54.8, 56.2]
+    result = diff_reports(old, new, threshold=0.05)
+    assert result.step.verdict == "inconclusive" and not result.regressed
+    assert "inconclusive" in render_text(result)
+    steady_old, steady_new = _report(), _report()
+    steady_old.timing.samples_ms, steady_new.timing.samples_ms = _noisy(10.0, 0.01, 30), _noisy(12.0, 0.01, 30, seed=1)
+    assert diff_reports(steady_old, steady_new).step.verdict == "slower" and diff_reports(steady_old, steady_new).regressed
+    steady_new.timing.samples_ms = _noisy(10.1, 0.01, 30, seed=1)
+    assert diff_reports(steady_old, steady_new).step.verdict == "unchanged"
+
+
+def test_a_finding_decided_within_its_noise_is_borderline_not_added_or_resolved():
+    from advisor.rule import Margin
+
+    near = _finding(slug="missing-amp", line=9)
+    near.margin = Margin(quantity="matmul share of the step", value=0.52, threshold=0.5, noise=0.05)
+    clear = _finding(slug="channels-last", line=11)
+    clear.margin = Margin(quantity="convolution share of the step", value=0.6, threshold=0.25, noise=0.06)
+    result = diff_reports(_report(findings=[]), _report(findings=[near, clear]))
+    assert [f.slug for f in result.borderline] == ["missing-amp"] and [f.slug for f in result.added] == ["channels-last"]
+    back = diff_reports(_report(findings=[near]), _report(findings=[]))
+    assert back.resolved == [] and [f.slug for f in back.borderline] == ["missing-amp"]
+    assert "borderline" in render_text(back)
+
+
+def test_readiness_reports_diff_by_check_status_and_latency_percentiles():
+    from advisor.ready.latency import _fill
+    from advisor.ready.model import LatencyRow, Readiness, ReadyCheck
+
+    def ready(status: str, p_ms: float) -> Report:
+        row = LatencyRow(batch_size=8)
+        _fill(row, _noisy(p_ms, 0.02, 100))
+        report = _report(findings=[])
+        report.readiness = Readiness(checks=[ReadyCheck(id="export", status=status, message="m")], latency=[row])
+        return report
+    same = diff_reports(ready("pass", 1.0), ready("pass", 1.0))
+    assert same.checks == [] and same.latency[0].p50.verdict == "unchanged" and not same.regressed
+    worse = diff_reports(ready("pass", 1.0), ready("fail", 1.0))
+    assert [(c.id, c.old, c.new) for c in worse.checks] == [("export", "pass", "fail")] and worse.regressed
+    slower = diff_reports(ready("pass", 1.0), ready("pass", 1.5))
+    assert slower.latency[0].p50.verdict == "slower" and slower.regressed and "batch 8: p50 +" in render_text(slower)
