@@ -16,12 +16,13 @@ from advisor.evidence import CallSite, DataLoaderInfo, Environment, Evidence, Fl
 from advisor.kineto import TraceFormatError, parse_trace
 from advisor.pipeline import AuditResult
 from advisor.report.model import ModelOutput, StageRecord, VerificationSettings
+from advisor.run.kinds import FORWARD, MARKER, OPTIMIZER, PROFILER_STEP
 from advisor.run.launch import ScriptRun, discard, launch
 from advisor.run.verify import RunVerifier
 from advisor.timing import summarize
 
-STEP_KINDS = {"optimizer": "each optimizer step", "forward": "each call of the outermost module",
-              "profiler-step": "each of the script's own prof.step() calls", "marker": "each return of --step-marker"}
+STEP_KINDS = {OPTIMIZER: "each optimizer step", FORWARD: "each call of the outermost module",
+              PROFILER_STEP: "each of the script's own prof.step() calls", MARKER: "each return of --step-marker"}
 _FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+)')
 
 
@@ -120,7 +121,7 @@ def evidence_of(run: ScriptRun, options: RunOptions) -> tuple[Evidence, list[Sta
             errors.append(_script_error(run, options, "the script ended before its first step"))
         return evidence, errors, notes
     samples = window["samples_ms"]
-    if window["kind"] == "optimizer" and window.get("optimizers", 1) > 1:
+    if window["kind"] == OPTIMIZER and window.get("optimizers", 1) > 1:
         notes.append(f"a step ended at each step of the optimizer that steps least often (of the script's "
                      f"{window['optimizers']}): one whole iteration")
     else:

@@ -10,6 +10,8 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
+from advisor.run.kinds import FORWARD
+
 if TYPE_CHECKING:
     from advisor.run.window import StepWindow
 
@@ -51,8 +53,6 @@ class MeasuredRun:
             on_first_call(model_matcher(self.model), self._model_found)
 
     def _model_found(self, model: Any) -> None:
-        from advisor.run.window import FORWARD
-
         self.injection.enter_switches()
         if self.injection.changes_model:
             self.injection.fix_model(model)

@@ -23,13 +23,8 @@ import sys
 import time
 from typing import Any
 
-OPTIMIZER = "optimizer"
-FORWARD = "forward"
-MARKER = "marker"  # --step-marker: each return of the named function ends a step
-PROFILER_STEP = "profiler-step"  # the script's own prof.step() calls
-# Which boundaries win when a script shows several: optimizer steps, then the script's own
-# ProfilerStep markers, then outermost forwards (--step-marker overrides them all).
-RANK = {FORWARD: 0, PROFILER_STEP: 1, OPTIMIZER: 2, MARKER: 3}
+from advisor.run.kinds import FORWARD, MARKER, OPTIMIZER, PROFILER_STEP, RANK
+
 ROUTED_BATCHES = 4  # real batches fed again to a copy of the model to count tokens per expert
 
 

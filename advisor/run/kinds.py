@@ -1,0 +1,9 @@
+"""What ends a step in ``advisor run``: the kinds of step boundary, and which wins when a script shows several."""
+
+OPTIMIZER = "optimizer"
+FORWARD = "forward"
+MARKER = "marker"  # --step-marker: each return of the named function ends a step
+PROFILER_STEP = "profiler-step"  # the script's own prof.step() calls
+# Which boundaries win when a script shows several: optimizer steps, then the script's own
+# ProfilerStep markers, then outermost forwards (--step-marker overrides them all).
+RANK = {FORWARD: 0, PROFILER_STEP: 1, OPTIMIZER: 2, MARKER: 3}
