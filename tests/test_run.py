@@ -210,7 +210,8 @@ def test_the_scripts_own_profiler_steps_are_its_step_boundaries(tmp_path):
 
 
 def test_injectable_fixes_are_verified_by_running_the_script_again(tmp_path):
-    report = _run(SCRIPTS / "train_loop.py", tmp_path, verify=True, budget=40).report
+    # the verifier keeps to its budget: at least 3 runs per side per fix; the loader's fix is left out here
+    report = _run(SCRIPTS / "train_loop.py", tmp_path, verify=True, budget=45, disabled=("dataloader-workers",)).report
     by_slug = {f.slug: f.verification for f in report.findings}
     save, zero = by_slug["checkpoint-in-step"], by_slug["zero-grad"]
     for measured in (save, zero):  # measured on alternating runs; the verdict is this machine's
