@@ -56,7 +56,13 @@ class RunVerifier:
     timeout: float
     progress: Callable[[str], None] = lambda text: None
     started: float = field(default_factory=time.monotonic)
-    pair_s: float = 0.0  # the slowest pair of runs seen: whether another fix fits the budget
+    baseline_s: list[float] = field(default_factory=list)  # wall time of each run without a fix
+
+    @property
+    def pair_estimate(self) -> float:
+        """What a pair of runs costs, judged by the runs without a fix (a fix's own cost, such as
+        torch.compile's, is its own: it does not make the next fix look unaffordable)."""
+        return 2 * statistics.median(self.baseline_s) if self.baseline_s else 0.0
 
     @property
     def left(self) -> float:
@@ -66,7 +72,7 @@ class RunVerifier:
         measured = MeasuredFixes()
         verified: list[Finding] = []
         for index, finding in enumerate(findings):
-            if self.pair_s and self.left < self.pair_s * MIN_PAIRS:
+            if self.left < self.pair_estimate * MIN_PAIRS:
                 measured.results[finding.id] = Verification(
                     status="skipped", note=f"verification budget spent (--budget {self.budget_s:g} s)")
                 continue
@@ -76,7 +82,7 @@ class RunVerifier:
             measured.results[finding.id] = outcome
             if outcome.status == "verified":
                 verified.append(finding)
-        if len(verified) > 1 and self.left >= self.pair_s * MIN_PAIRS:
+        if len(verified) > 1 and self.left >= self.pair_estimate * MIN_PAIRS:
             self.progress("all verified fixes together: running the script with them and without, alternately")
             measured.combined = self.measure(verified, self.left)
         elif len(verified) == 1:
@@ -96,12 +102,19 @@ class RunVerifier:
         while len(base.windows) < MAX_PAIRS:
             pair_began = time.monotonic()
             for arm, injected in ((base, []), (cand, fixes)):
+                run_began = time.monotonic()
                 outcome = self._run(injected)
                 if isinstance(outcome, Verification):
                     return outcome
                 arm.add(*outcome)
-            self.pair_s = max(self.pair_s, time.monotonic() - pair_began)
-            if len(base.windows) >= MIN_PAIRS and time.monotonic() - began + self.pair_s > share_s:
+                if not injected:
+                    self.baseline_s.append(time.monotonic() - run_began)
+            if len(base.windows) == 2 and not cand.windows[0]["changes_loader"]:
+                failed, _ = self._numerics(base, cand, tolerance, loader_only=False)
+                if failed is not None:
+                    return failed  # known after two pairs: no need to time a fix that changes the results
+            pair_s = time.monotonic() - pair_began
+            if len(base.windows) >= MIN_PAIRS and time.monotonic() - began + pair_s > share_s:
                 break
         first = cand.windows[0]
         if first["rewrite_unapplied"]:
