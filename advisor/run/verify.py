@@ -7,7 +7,9 @@ wait when the fix changes the loader), and the verdict and its interval come fro
 bootstrap as ``audit``'s. Numerics: the first steps' losses and gradients (or the model's first
 outputs) of the first candidate run against the first baseline run, within the rule's
 tolerance, once two baseline runs have shown the script gives the same values run to run.
-Fixes verified one by one are then measured together.
+Fixes verified one by one are then measured together. After the minimum runs, a fix stops being
+run once its interval clears the no-gain band (a verdict already decided), or when its share of
+the budget is spent.
 """
 
 from __future__ import annotations
@@ -114,7 +116,8 @@ class RunVerifier:
                 if failed is not None:
                     return failed  # known after two pairs: no need to time a fix that changes the results
             pair_s = time.monotonic() - pair_began
-            if len(base.windows) >= MIN_PAIRS and time.monotonic() - began + pair_s > share_s:
+            if len(base.windows) >= MIN_PAIRS and (time.monotonic() - began + pair_s > share_s
+                                                   or self._decided(base, cand)):
                 break
         first = cand.windows[0]
         if first["rewrite_unapplied"]:
@@ -142,6 +145,12 @@ class RunVerifier:
                             ci_high=round(high, 4), baseline_ms=round(statistics.median(ab.baseline_ms), 4),
                             candidate_ms=round(statistics.median(ab.candidate_ms), 4), samples=len(base.windows),
                             note="; ".join(n for n in notes if n), compile_s=compiling, **errors)
+
+    @staticmethod
+    def _decided(base: Arm, cand: Arm) -> bool:
+        """The interval already clears the no-gain band: the verdict is decided at the minimum runs."""
+        with_data = bool(cand.windows[0]["changes_loader"])
+        return verdict(ABResult(base.cost(with_data), cand.cost(with_data)).interval()) in ("verified", "slower")
 
     def _numerics(self, base: Arm, cand: Arm, tolerance: float, loader_only: bool) -> tuple[Verification | None, dict]:
         """(a numerics-failed Verification or None, the error fields and a note for the verified one)."""
