@@ -44,6 +44,7 @@ def assemble_report(
         output=output or ModelOutput(), verification=verification or VerificationSettings(),
         rule_problems=[RuleProblemRecord(source=p.source, message=p.message) for p in rules.ruleset.problems],
         environment=evidence.env, timing=evidence.timing, data=evidence.data, flops=evidence.flops,
+        ranks=evidence.rank_summaries,
     )
     if run_rules:
         report.findings, problems = rules.run(evidence)

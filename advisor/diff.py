@@ -216,12 +216,17 @@ border-bottom:1px solid #dde2ea}table{border-collapse:collapse;width:100%}</styl
 {% if change is not none %}<p>Step time {{ "%.4g"|format(old.timing.median_ms) }} ms → {{ "%.4g"|format(new.timing.median_ms) }} ms:
 <span class="{{ 'bad' if regressed else 'good' }}">{{ "%+.1f"|format(change * 100) }}%</span>
 (threshold +{{ "%.0f"|format(threshold * 100) }}%)</p>{% else %}<p>Step time not comparable.</p>{% endif %}
-{% for title, items in [("Added", added), ("Resolved", resolved), ("Borderline (one run only, within the noise of its threshold)", borderline)] %}<h2>{{ title }} ({{ items|length }})</h2>
+{% for title, items in [("Added", added), ("Resolved", resolved),
+                         ("Borderline (one run only, within the noise of its threshold)", borderline)] %}
+<h2>{{ title }} ({{ items|length }})</h2>
 <table>{% for f in items %}<tr><td>{{ f.code }}</td><td>{{ f.slug }}</td><td>{{ f.message }}</td></tr>{% endfor %}</table>
 {% endfor %}<p>Unchanged: {{ kept|length }}</p>
-{% if checks %}<h2>Readiness checks that changed</h2><table>{% for c in checks %}<tr><td>{{ c.id }}</td><td>{{ c.old }} → {{ c.new }}</td></tr>{% endfor %}</table>{% endif %}
-{% if latency %}<h2>Latency by batch size</h2><table><tr><th>batch</th><th>p50</th><th>p99</th></tr>{% for row in latency %}<tr><td>{{ row.batch_size }}</td>
-<td>{% if row.p50 %}{{ "%+.1f"|format((row.p50.ratio - 1) * 100) }}% ({{ row.p50.verdict }}){% endif %}</td><td>{% if row.p99 %}{{ "%+.1f"|format((row.p99.ratio - 1) * 100) }}% ({{ row.p99.verdict }}){% endif %}</td></tr>{% endfor %}</table>{% endif %}
+{% if checks %}<h2>Readiness checks that changed</h2><table>
+{% for c in checks %}<tr><td>{{ c.id }}</td><td>{{ c.old }} → {{ c.new }}</td></tr>{% endfor %}</table>{% endif %}
+{% if latency %}<h2>Latency by batch size</h2><table><tr><th>batch</th><th>p50</th><th>p99</th></tr>
+{% for row in latency %}<tr><td>{{ row.batch_size }}</td>
+{% for change in (row.p50, row.p99) %}<td>{% if change %}{{ "%+.1f"|format((change.ratio - 1) * 100) }}%
+({{ change.verdict }}){% endif %}</td>{% endfor %}</tr>{% endfor %}</table>{% endif %}
 </body></html>
 """)
 

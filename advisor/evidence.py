@@ -210,6 +210,38 @@ class RoutingGroup(BaseModel):
     router: str = Field(default="", description="the layer seen routing tokens to the group, when one was")
 
 
+class DDPInfo(BaseModel):
+    """A DistributedDataParallel model as one rank of ``advisor run -- torchrun`` saw it."""
+
+    file: str = Field(default="", description="where the script built the DDP model")
+    line: int = 0
+    world_size: int = 1
+    backend: str = ""
+    find_unused_parameters: bool = False
+    unused_parameter_bytes: int = Field(default=0, description="DDP's own count of parameters it found unused")
+    steps_watched: int = 0
+    steps_with_missing_grads: int = Field(default=0, description="watched steps where a parameter had no gradient")
+    parameter_bytes: int = 0
+    bucket_cap_bytes: int = 0
+    bucket_bytes: list[int] = Field(default_factory=list)
+    gradient_as_bucket_view: bool = False
+    forwards_per_step: float = Field(default=0.0, description="DDP forwards per optimizer step (micro-steps)")
+    synced_forwards_per_step: float = Field(default=0.0, description="those that all-reduce (not under no_sync)")
+    backward_comm_ms: float | None = Field(default=None, description="DDP's average backward communication time")
+    backward_overlap_ms: float | None = Field(default=None, description="of it, overlapped with backward compute")
+    backward_compute_ms: float | None = None
+
+
+class RankSummary(BaseModel):
+    """One rank of a multi-rank run: where its step time went."""
+
+    rank: int
+    step_ms: float
+    data_wait_ms: float = 0.0
+    comm_ms: float | None = Field(default=None, description="collective calls per step, from the rank's trace")
+    steps: int = 0
+
+
 class Evidence(BaseModel):
     """Everything capture learned about one target."""
 
@@ -225,7 +257,9 @@ class Evidence(BaseModel):
     flops: FlopCount | None = None
     calls: list[CallSite] | None = Field(default=None, description="watched API calls; None when not captured")
     routing: list[RoutingGroup] | None = None
-    ranks: list[Trace] = Field(default_factory=list, description="every rank's trace, in an offline analysis")
+    ranks: list[Trace] = Field(default_factory=list, description="every rank's trace (offline, or a torchrun job)")
+    rank_summaries: list[RankSummary] = Field(default_factory=list, description="per rank of a torchrun job")
+    ddp: DDPInfo | None = None
 
     def call_sites(self, *apis: str, runtime: bool | None = None) -> list[CallSite]:
         """Watched calls of these APIs (only those seen running, with ``runtime=True``)."""

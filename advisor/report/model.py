@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 from pydantic import BaseModel, Field
 
 from advisor.errors import StageError
-from advisor.evidence import DataLoaderInfo, Environment, FlopCount, GraphBreak, TargetInfo, Timing
+from advisor.evidence import DataLoaderInfo, Environment, FlopCount, GraphBreak, RankSummary, TargetInfo, Timing
 from advisor.ready.model import Readiness
 from advisor.rule import Finding, Layer, Verification
 
@@ -113,6 +113,7 @@ class Report(BaseModel):
     output: ModelOutput = Field(default_factory=ModelOutput)
     verification: VerificationSettings = Field(default_factory=VerificationSettings)
     readiness: Readiness | None = Field(default=None, description="advisor ready's checks and latency table")
+    ranks: list[RankSummary] = Field(default_factory=list, description="per rank of a torchrun job")
 
     def _repr_html_(self) -> str:
         """Jupyter shows the full HTML report inline."""

@@ -12,7 +12,18 @@ from typing import Callable
 from advisor.assembly import assemble_report, verify_findings
 from advisor.engine import RuleConfig
 from advisor.errors import StageError
-from advisor.evidence import CallSite, DataLoaderInfo, Environment, Evidence, FlopCount, GraphCapture, RoutingGroup, TargetInfo
+from advisor.evidence import (
+    CallSite,
+    DataLoaderInfo,
+    DDPInfo,
+    Environment,
+    Evidence,
+    FlopCount,
+    GraphCapture,
+    RankSummary,
+    RoutingGroup,
+    TargetInfo,
+)
 from advisor.kineto import TraceFormatError, parse_trace
 from advisor.pipeline import AuditResult
 from advisor.report.model import ModelOutput, StageRecord, VerificationSettings
@@ -155,12 +166,44 @@ def evidence_of(run: ScriptRun, options: RunOptions) -> tuple[Evidence, list[Sta
         evidence.routing = [RoutingGroup.model_validate(group) for group in routing["groups"]]
     if (calls := run.read("calls.json")) is not None:
         evidence.calls = [CallSite.model_validate(site) for site in calls["sites"]]
+    if (ddp := run.read("ddp.json")) is not None:
+        evidence.ddp = DDPInfo.model_validate(ddp)
     if run.trace_path is not None:
         try:
             evidence.trace = parse_trace(run.trace_path)
         except TraceFormatError as broken:
             errors.append(StageError(stage="trace", kind="unsupported", message=str(broken)))
+    if len(run.rank_folders) > 1:
+        _gather_ranks(run, evidence, notes)
     return evidence, errors, notes
+
+
+def _gather_ranks(run: ScriptRun, evidence: Evidence, notes: list[str]) -> None:
+    """Every rank's step time, data wait and communication, and its trace for the rank-aware rules."""
+    for rank, folder in run.rank_folders.items():
+        window = run.read("window.json", folder)
+        if not window or not window["samples_ms"]:
+            notes.append(f"rank {rank} timed no step")
+            continue
+        ddp = run.read("ddp.json", folder)
+        comm = None
+        if ddp and ddp.get("backward_comm_ms") is not None:
+            comm = round(ddp["backward_comm_ms"] * max(ddp.get("synced_forwards_per_step", 1.0), 1.0), 4)
+        evidence.rank_summaries.append(RankSummary(
+            rank=rank, step_ms=round(statistics.median(window["samples_ms"]), 4),
+            data_wait_ms=round(statistics.median(window["data_wait_ms"]), 4) if window["data_wait_ms"] else 0.0,
+            comm_ms=comm, steps=len(window["samples_ms"])))
+        if rank == next(iter(run.rank_folders)):
+            if evidence.trace is not None:
+                evidence.ranks.append(evidence.trace)
+            continue
+        if (path := run.trace_of(folder)) is not None:
+            try:
+                evidence.ranks.append(parse_trace(path))
+            except TraceFormatError:
+                notes.append(f"rank {rank}'s trace could not be read")
+    notes.append(f"{len(run.rank_folders)} ranks under torchrun; the report's step and findings are rank "
+                 f"{next(iter(run.rank_folders))}'s, the rank table and the rank-aware rules read them all")
 
 
 def _script_error(run: ScriptRun, options: RunOptions, what: str) -> StageError:

@@ -34,6 +34,10 @@ def describe_run(window: StepWindow) -> None:
     from advisor.evidence import TargetInfo
 
     model, inputs = the_model(window)
+    outer = model
+    model = window.ddp.inner(model) if model is not None else None  # DDP's module: DDP itself cannot be copied
+    if model is not outer:
+        window.batches[id(model)] = window.batches.get(id(outer), [])  # DDP passes its inputs on unchanged
     parameter = next(model.parameters(), None) if model is not None else None
     device = parameter.device if parameter is not None else torch.device("cpu")
     info = TargetInfo(model_file=window.script, mode="train" if window.optimizers else "inference",
@@ -45,6 +49,8 @@ def describe_run(window: StepWindow) -> None:
         _measure_routing(window, model)
     if window.optimizers:
         describe_optimizer(info, next(iter(window.optimizers.values())))
+    if (ddp := window.ddp.describe()) is not None:
+        window.write("ddp.json", ddp)
     window.write("target.json", json.loads(info.model_dump_json()))
     if window.loaders:
         from advisor.capture.data import describe_loader

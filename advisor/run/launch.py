@@ -43,17 +43,35 @@ class ScriptRun:
     interrupted: bool = False  # Ctrl-C: the script was asked to stop, and what it measured is kept
     errors: list[StageError] = field(default_factory=list)
 
-    def read(self, name: str) -> dict | None:
-        path = os.path.join(self.scratch, name)
+    @property
+    def rank_folders(self) -> dict[int, str]:
+        """Under torchrun, each rank's window writes to its own folder: rank -> folder."""
+        found = {}
+        for name in os.listdir(self.scratch) if os.path.isdir(self.scratch) else ():
+            if name.startswith("rank") and name[4:].isdigit() and os.path.isdir(os.path.join(self.scratch, name)):
+                found[int(name[4:])] = os.path.join(self.scratch, name)
+        return dict(sorted(found.items()))
+
+    @property
+    def folder(self) -> str:
+        """Where the window wrote: the script's own, or rank 0's (the report's primary rank)."""
+        ranks = self.rank_folders
+        return next(iter(ranks.values())) if ranks else self.scratch
+
+    def read(self, name: str, folder: str | None = None) -> dict | None:
+        path = os.path.join(folder or self.folder, name)
         if not os.path.exists(path):
             return None
         with open(path, encoding="utf-8") as handle:
             return json.load(handle)
 
+    def trace_of(self, folder: str | None = None) -> str | None:
+        path = os.path.join(folder or self.folder, "trace.json.gz")
+        return path if os.path.exists(path) else None
+
     @property
     def trace_path(self) -> str | None:
-        path = os.path.join(self.scratch, "trace.json.gz")
-        return path if os.path.exists(path) else None
+        return self.trace_of()
 
 
 def launch(command: list[str], window: dict, timeout: float, progress: Callable[[str], None] = lambda t: None,

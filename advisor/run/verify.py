@@ -188,7 +188,7 @@ class RunVerifier:
                 return Verification(status="fix-failed" if fixes else "skipped",
                                     note="the script did not complete its timed window"
                                          + (" with the fix" if fixes else "") + why)
-            return window, first_results.load(run.scratch)
+            return window, first_results.load(run.folder)
         finally:
             discard(run)
 

@@ -32,6 +32,10 @@ def install_when_torch_loads(spec_path: str) -> None:
     """Install the window right after ``import torch`` completes (the script may never import it)."""
     with open(spec_path, encoding="utf-8") as handle:
         spec = json.load(handle)
+    if os.environ.get("TORCHELASTIC_RUN_ID") is not None and "RANK" in os.environ:
+        spec["out_dir"] = os.path.join(spec["out_dir"], f"rank{int(os.environ['RANK'])}")  # a torchrun worker
+        spec["rank"] = int(os.environ["RANK"])
+        os.makedirs(spec["out_dir"], exist_ok=True)
     if "torch" in sys.modules:
         StepWindow(spec).install()
         return
@@ -96,6 +100,9 @@ class StepWindow:
         self.loaders: dict[int, Any] = {}
         self.batches: dict[int, list] = {}  # each outermost module's first few calls' arguments (graph, routing)
         self.calls = None  # the CallWatcher of the step after the profiled ones
+        from advisor.run.ddp import DDPWatcher
+
+        self.ddp = DDPWatcher()  # DistributedDataParallel models, under torchrun
 
     # --- boundaries -------------------------------------------------------------------------
     def install(self) -> None:
@@ -104,6 +111,7 @@ class StepWindow:
         from torch.utils.data import dataloader
 
         register_optimizer_step_post_hook(self._after_optimizer_step)
+        self.ddp.install()
         original_step = torch.profiler.profile.step
         window = self
 
@@ -181,6 +189,7 @@ class StepWindow:
         if self.lead is None:
             self.lead = key
         if key == self.lead:
+            self.ddp.after_optimizer_step()
             self.boundary(OPTIMIZER)
 
     def _choose_lead(self) -> bool:
@@ -228,6 +237,8 @@ class StepWindow:
         if self.count == self.warmup and kind == OPTIMIZER and self._choose_lead():
             self.count -= 1
             return
+        if self.count == self.warmup:
+            self.ddp.counting = True  # DDP's use is counted over the timed steps
         if self.count == self.warmup and not self.measure_only and kind != FORWARD:
             self._drop_forward_hooks()  # their graph inputs are recorded; timed steps run without them
         if self.count == 1:

@@ -43,7 +43,7 @@ def main() -> None:
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-2)
     inputs = torch.randn(args.accumulate, 16, args.width)
     targets = torch.randn(args.accumulate, 16, args.width)
-    for step in range(args.steps):
+    for _ in range(args.steps):
         for micro in range(args.accumulate):
             loss = F.mse_loss(model(inputs[micro]), targets[micro]) / args.accumulate
             loss.backward()  # BACKWARD LINE
