@@ -225,6 +225,8 @@ class DDPInfo(BaseModel):
     bucket_cap_bytes: int = 0
     bucket_bytes: list[int] = Field(default_factory=list)
     gradient_as_bucket_view: bool = False
+    forward_file: str = Field(default="", description="where the script calls the DDP model (its micro-steps)")
+    forward_line: int = 0
     forwards_per_step: float = Field(default=0.0, description="DDP forwards per optimizer step (micro-steps)")
     synced_forwards_per_step: float = Field(default=0.0, description="those that all-reduce (not under no_sync)")
     backward_comm_ms: float | None = Field(default=None, description="DDP's average backward communication time")

@@ -65,6 +65,14 @@ def low_precision(op: Op) -> bool:
 
 
 @functools.lru_cache(maxsize=4096)  # a trace repeats a few hundred kernel names thousands of times
+def is_collective_call(op_name: str) -> bool:
+    """A collective as the dispatcher runs it on the host (``c10d::allreduce_``), whatever the backend."""
+    return op_name.startswith("c10d::") and any(word in op_name for word in COLLECTIVE_CALLS)
+
+
+COLLECTIVE_CALLS = ("allreduce", "allgather", "reduce_scatter", "broadcast", "alltoall", "_reduce_", "gather", "scatter")
+
+
 def is_collective(kernel_name: str) -> bool:
     lowered = kernel_name.lower()
     return any(marker in lowered for marker in COLLECTIVE_MARKERS)

@@ -118,6 +118,9 @@ class Target:
     model_transforms: tuple[Callable[[torch.nn.Module], None], ...] = ()  # applied to each fresh copy
     step_contexts: tuple[Callable[[], Any], ...] = ()  # context managers entered around each step (flags)
     optimizer_options: dict[str, Any] = field(default_factory=dict)  # overrides for every param group
+    # DistributedDataParallel (advisor run under torchrun; a model file runs one process, without DDP):
+    ddp_options: dict[str, Any] = field(default_factory=dict)  # keyword overrides when the script builds DDP
+    ddp_sync_every: int = 0  # all-reduce only on every n-th forward between optimizer steps (no_sync on the rest)
 
     @property
     def compiled(self) -> bool:

@@ -1,9 +1,10 @@
 """A rank that reaches its collectives late, making every other rank wait.
 
 What it detects:
-    Across the per-rank traces of one run (``advisor analyze FOLDER``), the launch of each
-    collective kernel measured from the start of its own rank's profiled step (so the ranks'
-    clocks need not agree), the k-th collective of step s compared across ranks. A rank whose
+    Across the per-rank traces of one run (``advisor analyze FOLDER``, or the ranks of
+    ``advisor run -- torchrun``), the launch of each collective kernel (on CPU, each collective
+    call) measured from the start of its own rank's profiled step (so the ranks' clocks need
+    not agree), the k-th collective of step s compared across ranks. A rank whose
     median lateness against the other ranks is at least ``min_late_ms`` and ``min_late_share``
     of the step is a straggler.
 
@@ -36,7 +37,7 @@ from typing import Iterator
 
 from advisor.evidence import Evidence
 from advisor.kineto import Trace
-from advisor.opsets import is_collective
+from advisor.opsets import is_collective, is_collective_call
 from advisor.rule import Finding, Fix, Layer, Severity, Threshold, Thresholds, rule
 
 
@@ -69,9 +70,11 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     if late_us < th.min_late_ms * 1000 or late_us < th.min_late_share * step_us:
         return
     name = _rank_name(ev.ranks[worst], worst)
+    rank = ev.ranks[worst].distributed_info.get("rank", worst)
     yield Finding(
         message=(f"{name} launches its collectives {late_us / 1000:.3g} ms later than the other ranks (median over "
-                 f"{len(keys)} collectives), {late_us / step_us:.0%} of a step that every other rank spends waiting"),
+                 f"{len(keys)} collectives), {late_us / step_us:.0%} of a step that every other rank spends waiting"
+                 + _slow_in(ev, rank)),
         impact=late_us / step_us,
         evidence={"straggler": name, "late_ms": round(late_us / 1000, 4), "ranks": len(ev.ranks),
                   "collectives_compared": len(keys),
@@ -84,8 +87,28 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     )
 
 
+def _slow_in(ev: Evidence, rank: int) -> str:
+    """What the slow rank spends more time on than the others, from the ranks' own step records."""
+    mine = next((r for r in ev.rank_summaries if r.rank == rank), None)
+    others = [r for r in ev.rank_summaries if r.rank != rank]
+    if mine is None or not others:
+        return ""
+    parts = []
+    wait = statistics.median(r.data_wait_ms for r in others)
+    if mine.data_wait_ms - wait > 0.1 * mine.step_ms:
+        parts.append(f"waiting for data ({mine.data_wait_ms:.3g} ms per step against {wait:.3g} ms)")
+    if mine.comm_ms is not None and all(r.comm_ms is not None for r in others):
+        busy = mine.step_ms - mine.comm_ms
+        usual = statistics.median(r.step_ms - r.comm_ms for r in others)
+        if busy - usual > 0.02 * mine.step_ms:
+            parts.append(f"work outside communication ({busy:.3g} ms per step against {usual:.3g} ms on the others: "
+                         "compute, host syncs or per-batch work only it does)")
+    return f"; it is slow in {' and '.join(parts)}" if parts else ""
+
+
 def launch_offsets(trace: Trace) -> dict[tuple[int, int], float]:
-    """(step, k) -> µs from the step's start to the launch of its k-th collective kernel."""
+    """(step, k) -> µs from the step's start to the launch of its k-th collective: its GPU kernel's
+    launch, or on CPU (gloo) the collective call itself."""
     per_step: dict[int, list[float]] = {}
     for kernel in trace.kernels:
         if kernel.step is None or not is_collective(kernel.name):
@@ -93,6 +116,10 @@ def launch_offsets(trace: Trace) -> dict[tuple[int, int], float]:
         launch = trace.launch_of(kernel)
         if launch is not None:
             per_step.setdefault(kernel.step, []).append(launch.ts - trace.steps[kernel.step].ts)
+    if not per_step:
+        for op in trace.ops:
+            if op.step is not None and is_collective_call(op.name):
+                per_step.setdefault(op.step, []).append(op.ts - trace.steps[op.step].ts)
     return {(step, k): offset for step, found in per_step.items() for k, offset in enumerate(sorted(found))}
 
 

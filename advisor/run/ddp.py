@@ -18,6 +18,7 @@ class DDPWatcher:
         self.synced = 0
         self.steps = 0
         self.missing_grad_steps = 0
+        self.forward_site: tuple[str, int] | None = None
 
     def install(self) -> None:
         import torch
@@ -33,11 +34,17 @@ class DDPWatcher:
             watcher.models.append((ddp, user_frame(depth=2)))
 
             def forward(module, inputs):
+                if watcher.forward_site is None:
+                    watcher.forward_site = user_frame(depth=2)
                 if watcher.counting:
                     watcher.forwards += 1
                     watcher.synced += bool(torch.is_grad_enabled() and module.require_backward_grad_sync)
             ddp.register_forward_pre_hook(forward)
         DistributedDataParallel.__init__ = init
+
+    def reset(self) -> None:
+        """The window restarted its count (forwards came first, then an optimizer step): count anew."""
+        self.counting, self.forwards, self.synced, self.steps, self.missing_grad_steps = False, 0, 0, 0, 0
 
     def after_optimizer_step(self) -> None:
         if not self.counting or not self.models:
@@ -72,6 +79,8 @@ class DDPWatcher:
             parameter_bytes=int(logged.get("total_parameter_size_bytes", 0)),
             bucket_cap_bytes=int(logged.get("bucket_cap_bytes", 0)), bucket_bytes=buckets,
             gradient_as_bucket_view=bool(ddp.gradient_as_bucket_view),
+            forward_file=self.forward_site[0] if self.forward_site else "",
+            forward_line=self.forward_site[1] if self.forward_site else 0,
             forwards_per_step=round(self.forwards / steps, 3), synced_forwards_per_step=round(self.synced / steps, 3),
             backward_comm_ms=ms("avg_backward_comm_time"), backward_overlap_ms=ms("avg_backward_compute_comm_overlap_time"),
             backward_compute_ms=ms("avg_backward_compute_time"))

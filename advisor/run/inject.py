@@ -7,6 +7,8 @@ script's live objects, in a throwaway process of the script:
 - at once, before the script builds anything: library flags and silenced calls (the Target's
   step switches, entered for the whole run, and again at the model's first call), anomaly mode,
   DataLoader options;
+- when the script builds DistributedDataParallel: the fix's keyword options, and no_sync on every
+  micro-step but the last of each optimizer step;
 - at the optimizer's first step: its parameter groups' options (foreach, fused);
 - at the model's first call: transforms, channels_last (model and 4-D inputs), torch.compile
   (with the fix's graph rewrite, if any) and autocast around its forward.
@@ -58,6 +60,7 @@ class Injection:
                                   or candidate.autocast_dtype is not None)
         self.changes_loader = candidate.loader_options != baseline.loader_options
         self.changes_optimizer = bool(candidate.optimizer_options)
+        self.changes_ddp = bool(candidate.ddp_options or candidate.ddp_sync_every)
         self.switches = contextlib.ExitStack()
         self.model_fixed = False
 
@@ -70,6 +73,8 @@ class Injection:
             torch.autograd.set_detect_anomaly = lambda *args, **kwargs: None  # the script's own call is the fix's target
         if self.changes_loader:
             _rebuild_loaders_with(candidate.loader_options)
+        if self.changes_ddp:
+            _rebuild_ddp_with(candidate.ddp_options, candidate.ddp_sync_every)
         if candidate.compiled:
             from advisor.verify.compiled import eager_random_in_compiled_code
 
@@ -135,6 +140,28 @@ def _rebuild_loaders_with(overrides: dict[str, Any]) -> None:
             kwargs["persistent_workers"] = False
         original(self, *args, **kwargs)
     DataLoader.__init__ = init
+
+
+def _rebuild_ddp_with(overrides: dict[str, Any], sync_every: int) -> None:
+    """Every DistributedDataParallel the script builds gets these keyword options; with ``sync_every``,
+    only the n-th forward after each optimizer step all-reduces (the others run as under no_sync)."""
+    from torch.nn.parallel import DistributedDataParallel
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    original = DistributedDataParallel.__init__
+    since_step = [0]
+    if sync_every:
+        register_optimizer_step_post_hook(lambda optimizer, args, kwargs: since_step.__setitem__(0, 0))
+
+    def init(ddp, *args, **kwargs):
+        original(ddp, *args, **{**kwargs, **overrides})
+        if sync_every:
+            def forward(module, inputs):
+                if torch.is_grad_enabled():
+                    since_step[0] += 1
+                    module.require_backward_grad_sync = since_step[0] >= sync_every
+            ddp.register_forward_pre_hook(forward)
+    DistributedDataParallel.__init__ = init
 
 
 def on_first_call(matches: Callable[[torch.nn.Module], bool], found: Callable[[torch.nn.Module], None]) -> None:

@@ -267,6 +267,7 @@ class StepWindow:
         self.depth = 0
 
     def _restart(self) -> None:
+        self.ddp.reset()
         self.count, self.last, self.kind = 0, None, None
         self.samples_ms.clear()
         self.data_wait_ms.clear()
