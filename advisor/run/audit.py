@@ -101,6 +101,18 @@ def run_script(options: RunOptions, progress: Callable[[str], None] = lambda tex
 
 
 def evidence_of(run: ScriptRun, options: RunOptions) -> tuple[Evidence, list[StageError], list[str]]:
+    evidence, errors, notes = _primary_evidence(run, options)
+    if run.rank_folders:
+        from advisor.run.ranks import rank_failures
+
+        rank_failures(run, options.script, errors, notes)
+        if len(run.rank_folders) > 1 and not evidence.rank_summaries:
+            _gather_ranks(run, evidence, notes)  # a rank failed before rank 0's window ended: what the others measured
+    return evidence, errors, notes
+
+
+def _primary_evidence(run: ScriptRun, options: RunOptions) -> tuple[Evidence, list[StageError], list[str]]:
+    """The script's evidence; under torchrun, rank 0's (and every rank's table and trace)."""
     errors = list(run.errors)
     notes: list[str] = []
     target = TargetInfo(model_file=options.script)

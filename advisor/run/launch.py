@@ -26,6 +26,7 @@ from advisor.sandbox.supervisor import end_process_group, output_tail
 
 BOOT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "boot")
 INTERRUPT_GRACE_S = 3.0
+STACK_DUMP_S = 1.0  # for faulthandler to write each process's stack before the group is ended
 ADVISOR_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(advisor.__file__)))
 
 
@@ -102,11 +103,13 @@ def launch(command: list[str], window: dict, timeout: float, progress: Callable[
             run.returncode = child.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             run.timed_out = True
+            _dump_stacks(spec_path)
         except KeyboardInterrupt:
             run.interrupted = True
             _interrupt(child)
         finally:
             end_process_group(child, graceful=not run.timed_out)
+            _end_the_rest(spec_path)
             for copier in copiers:
                 copier.join(timeout=5)
     run.seconds = time.monotonic() - began
@@ -122,6 +125,52 @@ def _interrupt(child: subprocess.Popen) -> None:
         child.wait(timeout=INTERRUPT_GRACE_S)
     except (ProcessLookupError, PermissionError, subprocess.TimeoutExpired, KeyboardInterrupt):
         pass
+
+
+def processes_of(spec_path: str) -> list[int]:
+    """Every process of this run, whatever its session: torchrun starts each rank in a session of its
+    own, out of reach of the run's process group, but all inherit the run's ADVISOR_RUN_SPEC."""
+    marker = f"ADVISOR_RUN_SPEC={spec_path}".encode()
+    found = []
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as handle:
+                if marker in handle.read().split(b"\0"):
+                    found.append(int(entry))
+        except OSError:
+            continue
+    return found
+
+
+def _signal_all(pids: list[int], signum: int) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signum)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def _dump_stacks(spec_path: str) -> None:
+    """Ask every process of the run for its Python stack (the window registered faulthandler on
+    SIGUSR1): where each rank waits when the run hangs. Processes without it just end sooner."""
+    pids = processes_of(spec_path)
+    _signal_all(pids, signal.SIGUSR1)
+    if pids:
+        time.sleep(STACK_DUMP_S)
+
+
+def _end_the_rest(spec_path: str) -> None:
+    """What the process group did not reach (torchrun's ranks): ended too, nothing left running."""
+    pids = processes_of(spec_path)
+    if not pids:
+        return
+    _signal_all(pids, signal.SIGTERM)
+    deadline = time.monotonic() + INTERRUPT_GRACE_S
+    while time.monotonic() < deadline and (pids := processes_of(spec_path)):
+        time.sleep(0.1)
+    _signal_all(pids, signal.SIGKILL)
 
 
 def _tee(source, file, terminal) -> threading.Thread:

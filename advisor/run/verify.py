@@ -14,6 +14,7 @@ the budget is spent.
 
 from __future__ import annotations
 
+import re
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -175,6 +176,14 @@ class RunVerifier:
         return None, {**errors, "note": f"{what} match within {comparison.max_rel_error:.2g} of their magnitude"}
 
     def _run(self, fixes: list[dict]) -> tuple[dict, dict | None] | Verification:
+        """One run of the script's window; a run that dies for a reason of its own (a port still held by
+        the previous job under torchrun) is tried once more before the arm is given up."""
+        outcome = self._run_once(fixes)
+        if isinstance(outcome, Verification) and outcome.status in ("fix-failed", "skipped") and "window" in outcome.note:
+            outcome = self._run_once(fixes)
+        return outcome
+
+    def _run_once(self, fixes: list[dict]) -> tuple[dict, dict | None] | Verification:
         run = launch(self.command, {**self.window, "measure_only": True, "fixes": fixes}, self.timeout)
         try:
             if (refused := run.read("fix_refused.json")) is not None:
@@ -183,14 +192,21 @@ class RunVerifier:
                 return Verification(status="fix-failed", note=broken["message"])
             window = run.read("window.json")
             if not window or not window["samples_ms"]:
-                said = [line for line in run.stderr.strip().splitlines() if line.strip()]
-                why = f": {said[-1]}" if said else ""
+                why = failure_line(run.stderr)
                 return Verification(status="fix-failed" if fixes else "skipped",
                                     note="the script did not complete its timed window"
-                                         + (" with the fix" if fixes else "") + why)
+                                         + (" with the fix" if fixes else "") + (f": {why}" if why else ""))
             return window, first_results.load(run.folder)
         finally:
             discard(run)
+
+
+def failure_line(stderr: str) -> str:
+    """The line of a failed run's output that says why: the last exception line (a rank's, under
+    torchrun, whose lines are prefixed ``[rankN]:``), else the last line."""
+    lines = [line.strip() for line in stderr.strip().splitlines() if line.strip() and not set(line.strip()) <= set("=-*")]
+    errors = [line for line in lines if re.search(r"\b[A-Za-z_.]*(Error|Exception)\b:", line)]
+    return (errors or lines or [""])[-1][:400]
 
 
 def _compile_seconds(baseline: dict, candidate: dict) -> float | None:

@@ -23,6 +23,7 @@ import sys
 import time
 from typing import Any
 
+from advisor.run.failures import distributed, watch_failures
 from advisor.run.kinds import FORWARD, MARKER, OPTIMIZER, PROFILER_STEP, RANK
 
 ROUTED_BATCHES = 4  # real batches fed again to a copy of the model to count tokens per expert
@@ -145,6 +146,7 @@ class StepWindow:
                 window.waiting += time.perf_counter() - began
         dataloader._BaseDataLoaderIter.__next__ = timed_next
         atexit.register(self.on_exit)
+        watch_failures(self)
         if self.marker:
             self._find_marker()
         self.write("installed.json", {"pid": self.owner})
@@ -334,18 +336,18 @@ class StepWindow:
     def finish(self, stopped: bool, ended_early: bool = False) -> None:
         self.done = True
         self._drop_forward_hooks()  # the window is over (and Dynamo, capturing the graph, warns about global hooks)
-        try:
-            if not self.measure_only:
+        measured = {"kind": self.kind, "steps_seen": self.count, "samples_ms": self.samples_ms,
+                    "data_wait_ms": self.data_wait_ms, "stopped": stopped, "ended_early": ended_early,
+                    "warmup_steps": self.warmup, "optimizers": len(self.optimizers), "distributed": distributed()}
+        if not self.measure_only:
+            self.write("window.json", measured)  # first: describing takes seconds, and torchrun may stop a rank
+            try:
                 from advisor.run.describe import describe_run
 
                 describe_run(self)
-        except Exception as failure:  # noqa: BLE001 - what was measured is still written
-            self.write("describe_error.json", {"message": f"{type(failure).__name__}: {failure}"})
-        self.write("window.json", {"kind": self.kind, "steps_seen": self.count, "samples_ms": self.samples_ms,
-                                   "data_wait_ms": self.data_wait_ms, "stopped": stopped,
-                                   "ended_early": ended_early, "warmup_steps": self.warmup,
-                                   "optimizers": len(self.optimizers),
-                                   **(self.verification.summary() if self.verification is not None else {})})
+            except Exception as failure:  # noqa: BLE001 - what was measured is still written
+                self.write("describe_error.json", {"message": f"{type(failure).__name__}: {failure}"})
+        self.write("window.json", {**measured, **(self.verification.summary() if self.verification is not None else {})})
         if stopped:
             sys.stdout.flush()
             sys.stderr.flush()
@@ -367,3 +369,4 @@ class StepWindow:
         with open(path + ".tmp", "w", encoding="utf-8") as handle:
             json.dump(payload, handle)
         os.replace(path + ".tmp", path)
+

@@ -1,0 +1,65 @@
+"""The DDP rules over evidence of a torchrun job: each fires on its pattern and stays silent on a healthy one."""
+
+from __future__ import annotations
+
+from advisor.engine import load_rules, run_rules
+from advisor.evidence import DDPInfo, Evidence, RankSummary, TargetInfo
+from advisor.timing import summarize
+
+SCRIPT = "/w/train.py"
+RULES = load_rules()
+
+
+def _evidence(step_ms: float = 80.0, **ddp) -> Evidence:
+    healthy = dict(file=SCRIPT, line=12, world_size=2, backend="gloo", find_unused_parameters=False, steps_watched=30,
+                   parameter_bytes=6 * 2**20, bucket_cap_bytes=25 * 2**20, bucket_bytes=[2**20, 5 * 2**20],
+                   forward_file=SCRIPT, forward_line=20, forwards_per_step=4.0, synced_forwards_per_step=1.0,
+                   backward_comm_ms=12.0, backward_overlap_ms=3.0, backward_compute_ms=5.0)
+    return Evidence(target=TargetInfo(model_file=SCRIPT, mode="train"),
+                    timing=summarize([step_ms] * 20, "perf_counter", 3), ddp=DDPInfo(**{**healthy, **ddp}))
+
+
+def _fired(evidence: Evidence) -> dict:
+    findings, problems = run_rules(RULES, evidence)
+    assert problems == []
+    return {f.slug: f for f in findings}
+
+
+def test_a_healthy_ddp_job_gets_no_finding():
+    assert _fired(_evidence()) == {}
+
+
+def test_find_unused_parameters_fires_only_when_nothing_is_ever_unused():
+    fired = _fired(_evidence(find_unused_parameters=True))
+    assert fired["find-unused-parameters"].locations[0].line == 12
+    assert "find-unused-parameters" not in _fired(_evidence(find_unused_parameters=True, unused_parameter_bytes=4096))
+    assert "find-unused-parameters" not in _fired(_evidence(find_unused_parameters=True, steps_with_missing_grads=3))
+
+
+def test_accumulation_without_no_sync_wastes_the_traffic_of_all_micro_steps_but_one():
+    finding = _fired(_evidence(synced_forwards_per_step=4.0))["no-sync-accumulation"]
+    assert finding.evidence["micro_steps"] == 4 and finding.evidence["wasted_traffic_share"] == 0.75
+    assert finding.locations[0].line == 20 and finding.impact == round(0.75 * 48 / 80, 4)
+    assert "no-sync-accumulation" not in _fired(_evidence(forwards_per_step=1.0, synced_forwards_per_step=1.0))
+
+
+def test_small_buckets_are_reported_with_a_cap_from_the_gradient_size():
+    many = _evidence(bucket_cap_bytes=2**20, bucket_bytes=[1536 * 1024] * 4, synced_forwards_per_step=4.0)
+    finding = _fired(many)["ddp-buckets"]
+    assert finding.evidence["buckets"] == 4 and finding.evidence["suggested_bucket_cap_mb"] == 25
+    assert "gradient_as_bucket_view=True" in finding.fix.summary
+    # a small model's one bucket at the end of backward: no bucket size helps, so nothing is said
+    assert "ddp-buckets" not in _fired(_evidence(bucket_bytes=[6 * 2**20], backward_overlap_ms=0.5))
+    large = _evidence(parameter_bytes=400 * 2**20, bucket_bytes=[400 * 2**20], backward_overlap_ms=0.5)
+    assert _fired(large)["ddp-buckets"].evidence["suggested_bucket_cap_mb"] == 100  # split so buckets overlap
+
+
+def test_the_straggler_says_what_its_rank_is_slow_in():
+    from advisor.rules.straggler import _slow_in
+
+    evidence = _evidence()
+    evidence.rank_summaries = [RankSummary(rank=0, step_ms=80, comm_ms=70), RankSummary(rank=1, step_ms=80, comm_ms=50)]
+    assert "work outside communication (30 ms per step against 10 ms" in _slow_in(evidence, 1)
+    evidence.rank_summaries[1].data_wait_ms = 20.0
+    assert "waiting for data (20 ms per step against 0 ms)" in _slow_in(evidence, 1)
+    assert _slow_in(evidence, 0) == ""
