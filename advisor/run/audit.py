@@ -231,8 +231,7 @@ def _script_error(run: ScriptRun, options: RunOptions, what: str) -> StageError:
 def _keep_trace(run: ScriptRun, options: RunOptions) -> str | None:
     """The trace next to the report; under torchrun every rank's too, as ``<stem>.ranks/rank<R>.trace.json.gz``
     (a folder ``advisor analyze`` reads as one run)."""
-    ranks = os.path.join(options.out_dir, f"{options.stem}.ranks")
-    shutil.rmtree(ranks, ignore_errors=True)  # never mix ranks of an earlier run
+    ranks = os.path.join(options.out_dir, f"{options.stem}.ranks")  # shared by the nodes of a multi-node job
     if len(run.rank_folders) > 1:
         for rank, folder in run.rank_folders.items():
             if (path := run.trace_of(folder)) is not None:
