@@ -10,6 +10,7 @@ from advisor.engine import RuleConfig
 from advisor.errors import StageError
 from advisor.evidence import Environment, Evidence, TargetInfo
 from advisor.kineto import Trace, TraceFormatError, parse_trace
+from advisor.rank_traces import RankTrace, rank_traces
 from advisor.report.model import Report, VerificationSettings
 
 TRACE_SUFFIXES = (".json", ".json.gz")
@@ -61,25 +62,25 @@ def run_analyze(options: AnalyzeOptions) -> AnalyzeResult:
     files: list[str] = []
     try:
         files = trace_files(options.paths)
-        traces = [parse_trace(path) for path in files]
+        primary = parse_trace(files[0])  # whole: every rule reads it; the other ranks only as summaries
+        ranks = rank_traces(primary, files[1:]) if len(files) > 1 else []
     except TraceFormatError as broken:
         target = TargetInfo(model_file=str(broken).split(":")[0], mode="recorded")
         report = assemble_report(Evidence(target=target), rules, run_rules=False,
                                  errors=[StageError(stage="parse", kind="user-code", message=str(broken))],
                                  verification=VerificationSettings(enabled=False))
         return AnalyzeResult(report=report, evidence=None, files=files or list(options.paths))
-    evidence = evidence_from_traces(traces)
+    evidence = evidence_from_traces(primary, ranks)
     report = assemble_report(evidence, rules, verification=VerificationSettings(
         enabled=False, note="a recorded trace: fixes cannot be run, only advised"))
     return AnalyzeResult(report=report, evidence=evidence, files=files)
 
 
-def evidence_from_traces(traces: list[Trace]) -> Evidence:
-    first = traces[0]
+def evidence_from_traces(first: Trace, ranks: list[RankTrace] | tuple = ()) -> Evidence:
     rank = first.distributed_info.get("rank")
     target = TargetInfo(
         model_file=first.path, mode="recorded", device="cuda" if first.has_gpu else "cpu",
-        model_class=f"recorded trace{f' (rank {rank} of {len(traces)})' if len(traces) > 1 else ''}",
+        model_class=f"recorded trace{f' (rank {rank} of {len(ranks)})' if len(ranks) > 1 else ''}",
     )
     env = Environment()
     if first.device_properties:
@@ -88,4 +89,4 @@ def evidence_from_traces(traces: list[Trace]) -> Evidence:
         if "computeMajor" in device:
             env.gpu_capability = (int(device["computeMajor"]), int(device.get("computeMinor", 0)))
         env.gpu_count = len(first.device_properties)
-    return Evidence(target=target, env=env, trace=first, ranks=traces)
+    return Evidence(target=target, env=env, trace=first, ranks=list(ranks))

@@ -13,6 +13,7 @@ import networkx as nx
 from pydantic import BaseModel, ConfigDict, Field
 
 from advisor.kineto import Trace
+from advisor.rank_traces import RankTrace
 
 if TYPE_CHECKING:
     from advisor.rule import Margin
@@ -259,7 +260,8 @@ class Evidence(BaseModel):
     flops: FlopCount | None = None
     calls: list[CallSite] | None = Field(default=None, description="watched API calls; None when not captured")
     routing: list[RoutingGroup] | None = None
-    ranks: list[Trace] = Field(default_factory=list, description="every rank's trace (offline, or a torchrun job)")
+    ranks: list[RankTrace] = Field(default_factory=list, description="every rank's trace, reduced to what the "
+                                                                   "rank-aware rules read (offline, or a torchrun job)")
     rank_summaries: list[RankSummary] = Field(default_factory=list, description="per rank of a torchrun job")
     ddp: DDPInfo | None = None
 

@@ -52,7 +52,7 @@ from advisor.kineto import parse_trace
 rules = load_rules()
 base = reset_peak()
 start = time.perf_counter()
-evidence = evidence_from_traces([parse_trace({path!r})])
+evidence = evidence_from_traces(parse_trace({path!r}))
 findings, _ = run_rules(rules, evidence)
 seconds = time.perf_counter() - start
 print(json.dumps({{"seconds": seconds, "peak_mb": peak_mb(base), "findings": len(findings)}}))

@@ -36,8 +36,7 @@ import statistics
 from typing import Iterator
 
 from advisor.evidence import Evidence
-from advisor.kineto import Trace
-from advisor.opsets import is_collective, is_collective_call
+from advisor.rank_traces import RankTrace
 from advisor.rule import Finding, Fix, Layer, Severity, Threshold, Thresholds, rule
 
 
@@ -54,7 +53,7 @@ from advisor.rule import Finding, Fix, Layer, Severity, Threshold, Thresholds, r
 def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     if len(ev.ranks) < 2:
         return
-    offsets = [launch_offsets(trace) for trace in ev.ranks]
+    offsets = [rank.collective_offsets for rank in ev.ranks]
     if not all(offsets):
         return
     keys = set.intersection(*(set(o) for o in offsets))
@@ -64,13 +63,13 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     for rank, mine in enumerate(offsets):
         gaps = [mine[k] - statistics.median(o[k] for j, o in enumerate(offsets) if j != rank) for k in keys]
         lateness.append(statistics.median(gaps))
-    step_us = statistics.mean(t.mean_step_us() for t in ev.ranks)
+    step_us = statistics.mean(rank.mean_step_us for rank in ev.ranks)
     worst = max(range(len(lateness)), key=lambda r: lateness[r])
     late_us = lateness[worst]
     if late_us < th.min_late_ms * 1000 or late_us < th.min_late_share * step_us:
         return
     name = _rank_name(ev.ranks[worst], worst)
-    rank = ev.ranks[worst].distributed_info.get("rank", worst)
+    rank = ev.ranks[worst].rank if ev.ranks[worst].rank is not None else worst
     yield Finding(
         message=(f"{name} launches its collectives {late_us / 1000:.3g} ms later than the other ranks (median over "
                  f"{len(keys)} collectives), {late_us / step_us:.0%} of a step that every other rank spends waiting"
@@ -106,23 +105,5 @@ def _slow_in(ev: Evidence, rank: int) -> str:
     return f"; it is slow in {' and '.join(parts)}" if parts else ""
 
 
-def launch_offsets(trace: Trace) -> dict[tuple[int, int], float]:
-    """(step, k) -> µs from the step's start to the launch of its k-th collective: its GPU kernel's
-    launch, or on CPU (gloo) the collective call itself."""
-    per_step: dict[int, list[float]] = {}
-    for kernel in trace.kernels:
-        if kernel.step is None or not is_collective(kernel.name):
-            continue
-        launch = trace.launch_of(kernel)
-        if launch is not None:
-            per_step.setdefault(kernel.step, []).append(launch.ts - trace.steps[kernel.step].ts)
-    if not per_step:
-        for op in trace.ops:
-            if op.step is not None and is_collective_call(op.name):
-                per_step.setdefault(op.step, []).append(op.ts - trace.steps[op.step].ts)
-    return {(step, k): offset for step, found in per_step.items() for k, offset in enumerate(sorted(found))}
-
-
-def _rank_name(trace: Trace, position: int) -> str:
-    rank = trace.distributed_info.get("rank")
-    return f"rank {rank}" if rank is not None else f"trace {position} ({trace.path})"
+def _rank_name(trace: RankTrace, position: int) -> str:
+    return f"rank {trace.rank}" if trace.rank is not None else f"trace {position} ({trace.path})"

@@ -6,19 +6,21 @@ import gzip
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from advisor.analyze import AnalyzeOptions, evidence_from_traces, run_analyze
 from advisor.engine import load_rules, run_rules
 from advisor.kineto import TraceFormatError, parse_trace
+from advisor.rank_traces import RankTrace
 from conftest import shared_trace
 
 CUDA_SLUGS = {"pageable-memcpy", "sync-memcpy", "host-sync"}
 
 
 def _findings(relative: str) -> dict:
-    evidence = evidence_from_traces([parse_trace(str(shared_trace(relative)))])
+    evidence = evidence_from_traces(parse_trace(str(shared_trace(relative))))
     findings, problems = run_rules(load_rules(), evidence)
     assert problems == []
     return {f.slug: f for f in findings}
@@ -145,3 +147,20 @@ def test_a_rank_launching_collectives_late_is_the_straggler(tmp_path):
     assert straggler.evidence["collectives_compared"] == 21
     even = run_analyze(AnalyzeOptions(paths=(str(_ranks_with_delay(tmp_path, 0)),), out_dir=str(tmp_path / "p")))
     assert not [f for f in even.report.findings if f.slug == "straggler"]
+
+
+def test_a_folder_of_many_ranks_is_summarised_in_worker_processes_and_its_straggler_found(tmp_path):
+    import importlib.util
+
+    base = shared_trace("nccl_parser_config/nccl_data.json.gz")
+    spec = importlib.util.spec_from_file_location("ranks_scale", Path(__file__).resolve().parents[1] / "bench" / "ranks_scale.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    bench.make_ranks(str(tmp_path), 4, str(base))  # copies of one real trace; the last rank launches its collectives 20 ms late
+    result = run_analyze(AnalyzeOptions(paths=(str(tmp_path),), out_dir=str(tmp_path / "out")))
+    assert [rank.rank for rank in result.evidence.ranks] == [0, 1, 2, 3]
+    assert all(isinstance(rank, RankTrace) for rank in result.evidence.ranks)  # only the primary is kept whole
+    straggler = next(f for f in result.report.findings if f.slug == "straggler")
+    assert straggler.evidence["straggler"] == "rank 3" and straggler.evidence["late_ms"] == 20.0
+    # the pool's summaries are the summaries of the traces themselves
+    assert result.evidence.ranks[2] == RankTrace.of(parse_trace(str(tmp_path / "rank002.json.gz")))

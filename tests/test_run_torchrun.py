@@ -8,7 +8,6 @@ import os
 import shutil
 import subprocess
 import sys
-import textwrap
 
 import pytest
 
@@ -66,50 +65,26 @@ def test_no_sync_is_injected_into_the_job_and_measured_with_its_numerics(tmp_pat
     assert measured.samples >= 3 and measured.max_rel_error is not None and measured.max_rel_error <= 1e-5
 
 
+def _loop(init: str, ending: str, steps: int = 100) -> str:
+    """A small training loop under torchrun: ``init`` before the model, ``ending`` after each step."""
+    return (f"import time\nimport torch\nimport torch.distributed as dist\n{init}"
+            "model = torch.nn.Linear(8, 8)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+            f"for step in range({steps}):\n    model(torch.randn(4, 8)).sum().backward()\n    optimizer.step()\n"
+            f"    optimizer.zero_grad()\n{ending}")
+
+
+GROUP = 'dist.init_process_group("gloo")\n'
 JOBS = {
-    "crash": """
-        import torch
-        import torch.distributed as dist
-        dist.init_process_group("gloo")
-        model = torch.nn.Linear(8, 8)
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-        for step in range(100):
-            model(torch.randn(4, 8)).sum().backward()
-            optimizer.step()
-            optimizer.zero_grad()
-            if step == 12 and dist.get_rank() == 1:
-                raise ValueError("bad shard on rank 1")  # CRASH LINE
-            dist.barrier()
-    """,
-    "hang": """
-        import time
-        import torch
-        import torch.distributed as dist
-        dist.init_process_group("gloo")
-        model = torch.nn.Linear(8, 8)
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-        for step in range(100):
-            model(torch.randn(4, 8)).sum().backward()
-            optimizer.step()
-            optimizer.zero_grad()
-            if step == 12 and dist.get_rank() == 1:
-                time.sleep(600)  # NEVER ARRIVES LINE
-            dist.barrier()  # BARRIER LINE
-    """,
-    "no_group": """
-        import torch
-        model = torch.nn.Linear(8, 8)
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-        for step in range(60):
-            model(torch.randn(4, 8)).sum().backward()
-            optimizer.step()
-            optimizer.zero_grad()
-    """,
+    "crash": _loop(GROUP, "    if step == 12 and dist.get_rank() == 1:\n"
+                          "        raise ValueError('bad shard on rank 1')  # CRASH LINE\n    dist.barrier()\n"),
+    "hang": _loop(GROUP, "    if step == 12 and dist.get_rank() == 1:\n        time.sleep(600)  # NEVER ARRIVES LINE\n"
+                         "    dist.barrier()  # BARRIER LINE\n"),
+    "no_group": _loop("", "", steps=60),
 }
 
 
 def test_a_rank_that_crashes_is_named_with_its_error_and_the_others_evidence_kept(tmp_path):
-    script = write_model(tmp_path, textwrap.dedent(JOBS["crash"]), name="crash_job.py")
+    script = write_model(tmp_path, JOBS["crash"], name="crash_job.py")
     report = _job(script, tmp_path / "out")
     [error] = report.errors
     assert error.message.startswith("rank 1 failed: ValueError: bad shard on rank 1")
@@ -118,7 +93,7 @@ def test_a_rank_that_crashes_is_named_with_its_error_and_the_others_evidence_kep
 
 
 def test_a_hang_in_a_collective_names_it_and_the_rank_that_did_not_arrive(tmp_path):
-    script = write_model(tmp_path, textwrap.dedent(JOBS["hang"]), name="hang_job.py")
+    script = write_model(tmp_path, JOBS["hang"], name="hang_job.py")
     report = _job(script, tmp_path / "out", timeout=30)
     [error] = report.errors
     assert error.kind == "timeout" and error.message.startswith("the job hung in barrier: rank 0 waits there")
@@ -127,7 +102,7 @@ def test_a_hang_in_a_collective_names_it_and_the_rank_that_did_not_arrive(tmp_pa
 
 
 def test_a_job_that_never_initialises_a_process_group_is_audited_as_one_process(tmp_path):
-    script = write_model(tmp_path, textwrap.dedent(JOBS["no_group"]), name="no_group.py")
+    script = write_model(tmp_path, JOBS["no_group"], name="no_group.py")
     report = _job(script, tmp_path / "out")
     assert report.errors == [] and report.timing is not None
     assert "never initialised a process group" in report.stages[0].note

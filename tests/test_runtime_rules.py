@@ -32,7 +32,7 @@ ALEXNET = "critical_path/alexnet/benchmark_result_2869224_1695835535_trace.json.
 
 
 def _trace_findings(relative: str, slug: str) -> list:
-    return check_rule(slug, evidence_from_traces([parse_trace(str(shared_trace(relative)))]))
+    return check_rule(slug, evidence_from_traces(parse_trace(str(shared_trace(relative)))))
 
 
 # --- CUDA library settings ----------------------------------------------------------------------

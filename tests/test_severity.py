@@ -37,7 +37,7 @@ def test_every_finding_on_saved_evidence_respects_its_measured_share():
 
 def test_tiny_pageable_copies_on_a_real_gpu_trace_are_info():
     """12 pageable copies per step on a transformer trace, a sliver of its step: noise, not MEDIUM."""
-    evidence = evidence_from_traces([parse_trace(str(shared_trace("timeline_analysis/sampled_rank-0.json.gz")))])
+    evidence = evidence_from_traces(parse_trace(str(shared_trace("timeline_analysis/sampled_rank-0.json.gz"))))
     found = {f.slug: f for f in RuleConfig.load().run(evidence)[0]}
     pageable = found["pageable-memcpy"]
     assert pageable.impact is not None and pageable.impact < 0.01

@@ -26,6 +26,7 @@ from advisor.evidence import (
 )
 from advisor.kineto import TraceFormatError, parse_trace
 from advisor.pipeline import AuditResult
+from advisor.rank_traces import RankTrace, summarize_file
 from advisor.report.model import ModelOutput, StageRecord, VerificationSettings
 from advisor.run.kinds import FORWARD, MARKER, OPTIMIZER, PROFILER_STEP
 from advisor.run.launch import ScriptRun, discard, launch
@@ -207,11 +208,11 @@ def _gather_ranks(run: ScriptRun, evidence: Evidence, notes: list[str]) -> None:
             comm_ms=comm, steps=len(window["samples_ms"])))
         if rank == next(iter(run.rank_folders)):
             if evidence.trace is not None:
-                evidence.ranks.append(evidence.trace)
+                evidence.ranks.append(RankTrace.of(evidence.trace))
             continue
         if (path := run.trace_of(folder)) is not None:
             try:
-                evidence.ranks.append(parse_trace(path))
+                evidence.ranks.append(summarize_file(path))
             except TraceFormatError:
                 notes.append(f"rank {rank}'s trace could not be read")
     notes.append(f"{len(run.rank_folders)} ranks under torchrun; the report's step and findings are rank "

@@ -1,0 +1,69 @@
+"""Many ranks in bounded memory: each rank's trace reduced to what the rank-aware rules read.
+
+A 64-rank folder of full traces would hold every event of every rank at once. Here only the
+primary rank's trace is kept whole (every other rule reads it); the others are parsed in a pool of
+worker processes, one trace at a time per worker, and each comes back as a ``RankTrace``: its
+rank, its mean step and the offset of each collective's launch from its step's start (the
+straggler rule's input) — a few hundred numbers per rank.
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+
+from advisor.kineto import Trace, parse_trace
+from advisor.opsets import is_collective, is_collective_call
+
+MAX_WORKERS = 4  # each holds one parsed trace at a time: more would raise the peak more than the speed
+
+
+@dataclass(frozen=True)
+class RankTrace:
+    path: str
+    distributed_info: dict = field(default_factory=dict)
+    mean_step_us: float = 0.0
+    collective_offsets: dict[tuple[int, int], float] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, trace: Trace) -> RankTrace:
+        return cls(path=trace.path, distributed_info=dict(trace.distributed_info),
+                   mean_step_us=trace.mean_step_us() if trace.steps else 0.0, collective_offsets=launch_offsets(trace))
+
+    @property
+    def rank(self) -> int | None:
+        return self.distributed_info.get("rank")
+
+
+def launch_offsets(trace: Trace) -> dict[tuple[int, int], float]:
+    """(step, k) -> µs from the step's start to the launch of its k-th collective: its GPU kernel's
+    launch, or on CPU (gloo) the collective call itself."""
+    per_step: dict[int, list[float]] = {}
+    for kernel in trace.kernels:
+        if kernel.step is None or not is_collective(kernel.name):
+            continue
+        launch = trace.launch_of(kernel)
+        if launch is not None:
+            per_step.setdefault(kernel.step, []).append(launch.ts - trace.steps[kernel.step].ts)
+    if not per_step:
+        for op in trace.ops:
+            if op.step is not None and is_collective_call(op.name):
+                per_step.setdefault(op.step, []).append(op.ts - trace.steps[op.step].ts)
+    return {(step, k): offset for step, found in per_step.items() for k, offset in enumerate(sorted(found))}
+
+
+def summarize_file(path: str) -> RankTrace:
+    return RankTrace.of(parse_trace(path))
+
+
+def rank_traces(primary: Trace, others: list[str], workers: int | None = None) -> list[RankTrace]:
+    """The primary rank's summary and every other file's, parsed in worker processes (in order)."""
+    summaries = [RankTrace.of(primary)]
+    if not others:
+        return summaries
+    workers = min(workers or os.cpu_count() or 1, MAX_WORKERS, len(others))
+    if workers <= 1:
+        return summaries + [summarize_file(path) for path in others]
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        return summaries + list(pool.map(summarize_file, others))

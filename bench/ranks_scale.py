@@ -1,0 +1,85 @@
+"""advisor analyze on a folder of many ranks: wall time and peak memory as the rank count grows.
+
+Synthetic ranks are copies of one real multi-GPU trace (../shared/traces/hta), each with its own
+rank in ``distributedInfo``; the last rank's collective launches are delayed, so the straggler
+rule has something to find. Each ``advisor analyze FOLDER`` runs as a whole process (imports
+included); memory is the peak resident set of the largest process of the run (the main one, or
+one of the pool's workers, each of which holds one trace at a time). With HTA installed
+(``pip install HolisticTraceAnalysis``; not a dependency), its TraceAnalysis over the same folder
+is timed too.
+
+    python bench/ranks_scale.py [--ranks 2,8,32]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BASE = os.path.join(os.path.dirname(ROOT), "shared", "traces", "hta", "nccl_parser_config", "nccl_data.json.gz")
+LATE_US = 20_000  # the straggler's delay: 9% of the base trace's 222 ms step
+
+
+def make_ranks(folder: str, count: int, base: str = BASE) -> None:
+    with gzip.open(base, "rt", encoding="utf-8") as handle:
+        trace = json.load(handle)
+    for rank in range(count):
+        copy = dict(trace)
+        copy["distributedInfo"] = {**trace.get("distributedInfo", {}), "rank": rank, "world_size": count}
+        if rank == count - 1:
+            copy["traceEvents"] = [_late(event) for event in trace["traceEvents"]]
+        with gzip.open(os.path.join(folder, f"rank{rank:03d}.json.gz"), "wt", encoding="utf-8") as handle:
+            json.dump(copy, handle)
+
+
+def _late(event: dict) -> dict:
+    if event.get("cat") in ("cuda_runtime", "cuda_driver") and "Launch" in str(event.get("name", "")):
+        return {**event, "ts": event["ts"] + LATE_US}
+    return event
+
+
+def measured(command: list[str]) -> tuple[float, float]:
+    """(wall seconds, peak RSS in MB of the largest process) of a whole command, run under a wrapper
+    process of its own: ru_maxrss of children is a high-water mark, so each run needs a fresh parent."""
+    wrapper = ("import resource, subprocess, sys\n"
+               f"subprocess.run({command!r}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"
+               "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n")
+    began = time.perf_counter()
+    done = subprocess.run([sys.executable, "-c", wrapper], capture_output=True, text=True, check=False)
+    return time.perf_counter() - began, int(done.stdout.strip() or 0) / 1024
+
+
+HTA = ("import sys\nfrom hta.trace_analysis import TraceAnalysis\n"
+       "analysis = TraceAnalysis(trace_dir=sys.argv[1])\nanalysis.get_idle_time_breakdown(visualize=False)\n")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--ranks", default="2,8,32")
+    args = parser.parse_args()
+    try:
+        import hta  # noqa: F401
+        has_hta = True
+    except ImportError:
+        has_hta = False
+    print(f"{'ranks':>6} {'advisor s':>10} {'advisor MB':>11}" + (f" {'HTA s':>8} {'HTA MB':>8}" if has_hta else ""))
+    for count in (int(n) for n in args.ranks.split(",")):
+        with tempfile.TemporaryDirectory() as folder, tempfile.TemporaryDirectory() as out:
+            make_ranks(folder, count)
+            wall, peak = measured([sys.executable, "-m", "advisor", "analyze", folder, "--out", out, "--format", "json"])
+            line = f"{count:>6} {wall:>10.2f} {peak:>11.0f}"
+            if has_hta:
+                hta_wall, hta_peak = measured([sys.executable, "-c", HTA, folder])
+                line += f" {hta_wall:>8.2f} {hta_peak:>8.0f}"
+            print(line)
+
+
+if __name__ == "__main__":
+    main()
