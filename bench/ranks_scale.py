@@ -17,10 +17,8 @@ import argparse
 import gzip
 import json
 import os
-import subprocess
 import sys
 import tempfile
-import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BASE = os.path.join(os.path.dirname(ROOT), "shared", "traces", "hta", "nccl_parser_config", "nccl_data.json.gz")
@@ -45,22 +43,13 @@ def _late(event: dict) -> dict:
     return event
 
 
-def measured(command: list[str]) -> tuple[float, float]:
-    """(wall seconds, peak RSS in MB of the largest process) of a whole command, run under a wrapper
-    process of its own: ru_maxrss of children is a high-water mark, so each run needs a fresh parent."""
-    wrapper = ("import resource, subprocess, sys\n"
-               f"subprocess.run({command!r}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"
-               "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n")
-    began = time.perf_counter()
-    done = subprocess.run([sys.executable, "-c", wrapper], capture_output=True, text=True, check=False)
-    return time.perf_counter() - began, int(done.stdout.strip() or 0) / 1024
-
-
 HTA = ("import sys\nfrom hta.trace_analysis import TraceAnalysis\n"
        "analysis = TraceAnalysis(trace_dir=sys.argv[1])\nanalysis.get_idle_time_breakdown(visualize=False)\n")
 
 
 def main() -> None:
+    from whole_process import measured  # bench/ is on the path when run as a script
+
     parser = argparse.ArgumentParser()
     parser.add_argument("--ranks", default="2,8,32")
     args = parser.parse_args()
