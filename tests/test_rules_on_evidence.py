@@ -99,9 +99,9 @@ def test_each_sample_fires_exactly_its_rules_at_its_lines(sample):
 
 
 def test_every_rule_has_a_positive_and_a_negative_case():
-    positives = {slug for expected in EXPECTED.values() for slug in expected} | GPU_POSITIVES | TRACE_RULES
+    positives = {slug for expected in EXPECTED.values() for slug in expected} | GPU_POSITIVES | TRACE_RULES | DDP_RULES
     slugs = {rule.slug for rule in load_rules().rules}
-    assert len(slugs) == 33 and slugs <= positives, slugs - positives
+    assert len(slugs) == 36 and slugs <= positives, slugs - positives
     for sample in HEALTHY:  # the negative control of every rule
         assert EXPECTED[sample] == {}
 
@@ -122,6 +122,8 @@ def test_findings_carry_ids_numbers_and_fixes():
 
 GPU_POSITIVES = {"cudnn-benchmark", "tf32-disabled", "deterministic-algorithms", "misaligned-dims"}
 TRACE_RULES = {"pageable-memcpy", "sync-memcpy", "gpu-idle", "fusion-candidates", "comm-overlap", "straggler"}
+# torchrun jobs' rules: positive and negative cases over DDP evidence in test_ddp_rules.py, live in test_run_torchrun.py
+DDP_RULES = {"find-unused-parameters", "no-sync-accumulation", "ddp-buckets"}
 
 
 def test_gpu_library_flags_are_silent_on_cpu_and_reported_on_a_gpu():

@@ -94,7 +94,7 @@ def test_a_rank_that_crashes_is_named_with_its_error_and_the_others_evidence_kep
 
 def test_a_hang_in_a_collective_names_it_and_the_rank_that_did_not_arrive(tmp_path):
     script = write_model(tmp_path, JOBS["hang"], name="hang_job.py")
-    report = _job(script, tmp_path / "out", timeout=30)
+    report = _job(script, tmp_path / "out", timeout=15)  # rank 1 stops arriving at step 12: within seconds
     [error] = report.errors
     assert error.kind == "timeout" and error.message.startswith("the job hung in barrier: rank 0 waits there")
     assert f"rank 1 did not arrive (it is at hang_job.py:{line_of(script, 'NEVER ARRIVES LINE')}" in error.message
