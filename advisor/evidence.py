@@ -241,7 +241,8 @@ class RankSummary(BaseModel):
     rank: int
     step_ms: float
     data_wait_ms: float = 0.0
-    comm_ms: float | None = Field(default=None, description="collective calls per step, from the rank's trace")
+    comm_ms: float | None = Field(default=None, description="DDP's backward communication per step (waiting included)")
+    compute_ms: float | None = Field(default=None, description="the step outside communication and data wait")
     steps: int = 0
 
 

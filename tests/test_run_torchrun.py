@@ -4,6 +4,7 @@ process group each said clearly, with nothing left running."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -43,7 +44,11 @@ def test_the_ddp_mistakes_and_the_slow_rank_are_found_at_the_scripts_lines(tmp_p
     assert found["no-sync-accumulation"].locations[0].line == line_of(script, "MICRO STEP LINE") - 1  # model(x)
     assert found["straggler"].evidence["straggler"] == "rank 1" and "slow in" in found["straggler"].message
     ranks = tmp_path / "ddp_train.ranks"
-    assert sorted(os.listdir(ranks)) == ["rank0.trace.json.gz", "rank1.trace.json.gz"]
+    assert sorted(os.listdir(ranks)) == ["evidence", "rank0.trace.json.gz", "rank1.trace.json.gz"]
+    recorded = json.loads((ranks / "evidence" / "rank1.json").read_text())
+    assert recorded["ddp"]["find_unused_parameters"] is True and len(recorded["window"]["samples_ms"]) == 20
+    slow = next(r for r in report.ranks if r.rank == 1)
+    assert slow.compute_ms is not None and "rank spread" in report.stages[0].note
     # the rank folders were written by separate processes; the offline analysis merges them and agrees
     done = subprocess.run([sys.executable, "-m", "advisor", "analyze", str(ranks), "--out", str(tmp_path / "offline"),
                            "--format", "json"], capture_output=True, text=True, timeout=120)

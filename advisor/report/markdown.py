@@ -41,6 +41,12 @@ def render_markdown(report: Report) -> str:
             lines += _details(finding)
     else:
         lines.append("No findings.")
+    if report.ranks:
+        lines += ["", "| rank | step ms | data wait ms | communication ms | outside communication ms |",
+                  "|---|---|---|---|---|"]
+        lines += [f"| {r.rank} | {r.step_ms:.4g} | {r.data_wait_ms:.3g} | {_ms(r.comm_ms)} | {_ms(r.compute_ms)} |"
+                  for r in report.ranks]
+        lines.append("")
     lines.append(f"<sub>advisor {report.advisor_version} · {report.created}</sub>")
     return "\n".join(lines) + "\n"
 
@@ -81,6 +87,10 @@ def _readiness(report: Report) -> str:
                   f"{readiness.latency_budget_ms:g} ms)", ""]
     lines.append(f"<sub>advisor {report.advisor_version} · {report.created}</sub>")
     return "\n".join(lines) + "\n"
+
+
+def _ms(value: float | None) -> str:
+    return "" if value is None else f"{value:.4g}"
 
 
 def _severity(finding: Finding) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -202,10 +203,11 @@ def _gather_ranks(run: ScriptRun, evidence: Evidence, notes: list[str]) -> None:
         comm = None
         if ddp and ddp.get("backward_comm_ms") is not None:
             comm = round(ddp["backward_comm_ms"] * max(ddp.get("synced_forwards_per_step", 1.0), 1.0), 4)
+        step = statistics.median(window["samples_ms"])
+        wait = statistics.median(window["data_wait_ms"]) if window["data_wait_ms"] else 0.0
         evidence.rank_summaries.append(RankSummary(
-            rank=rank, step_ms=round(statistics.median(window["samples_ms"]), 4),
-            data_wait_ms=round(statistics.median(window["data_wait_ms"]), 4) if window["data_wait_ms"] else 0.0,
-            comm_ms=comm, steps=len(window["samples_ms"])))
+            rank=rank, step_ms=round(step, 4), data_wait_ms=round(wait, 4), comm_ms=comm,
+            compute_ms=round(max(0.0, step - comm), 4) if comm is not None else None, steps=len(window["samples_ms"])))
         if rank == next(iter(run.rank_folders)):
             if evidence.trace is not None:
                 evidence.ranks.append(RankTrace.of(evidence.trace))
@@ -215,8 +217,10 @@ def _gather_ranks(run: ScriptRun, evidence: Evidence, notes: list[str]) -> None:
                 evidence.ranks.append(summarize_file(path))
             except TraceFormatError:
                 notes.append(f"rank {rank}'s trace could not be read")
+    steps = [r.step_ms for r in evidence.rank_summaries]
+    spread = f"; rank spread {max(steps) / min(steps):.2f}x (slowest over fastest median step)" if steps and min(steps) > 0 else ""
     notes.append(f"{len(run.rank_folders)} ranks under torchrun; the report's step and findings are rank "
-                 f"{next(iter(run.rank_folders))}'s, the rank table and the rank-aware rules read them all")
+                 f"{next(iter(run.rank_folders))}'s, the rank table and the rank-aware rules read them all{spread}")
 
 
 def _script_error(run: ScriptRun, options: RunOptions, what: str) -> StageError:
@@ -238,11 +242,23 @@ def _keep_trace(run: ScriptRun, options: RunOptions) -> str | None:
             if (path := run.trace_of(folder)) is not None:
                 os.makedirs(ranks, exist_ok=True)
                 shutil.copyfile(path, os.path.join(ranks, f"rank{rank}.trace.json.gz"))
+            _keep_rank_evidence(run, folder, os.path.join(ranks, "evidence", f"rank{rank}.json"))
     if run.trace_path is None:
         return None
     kept = os.path.join(options.out_dir, f"{options.stem}.trace.json.gz")
     shutil.copyfile(run.trace_path, kept)
     return kept
+
+
+def _keep_rank_evidence(run: ScriptRun, folder: str, path: str) -> None:
+    """What one rank recorded (its window, DDP use, crash), beside its trace; in a subfolder, which
+    ``advisor analyze`` on the traces' folder does not read."""
+    recorded = {name.removesuffix(".json"): found for name in ("window.json", "ddp.json", "crash.json", "target.json")
+                if (found := run.read(name, folder)) is not None}
+    if recorded:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w", encoding="utf-8") as handle:
+            json.dump(recorded, handle, indent=1)
 
 
 def _stages(run: ScriptRun, evidence: Evidence, notes: list[str]) -> list[StageRecord]:
