@@ -32,11 +32,11 @@ def fixed_target(spec: dict) -> tuple[Target, Target]:
     """(the script's target as it is, the target with every fix in ``spec["fixes"]`` applied)."""
     from advisor.engine import load_rules
 
-    ruleset = load_rules(spec.get("rule_dirs", ()))
     baseline = Target(path=spec.get("script", ""), module=None, model=None, inputs=None,
                       mode="train" if spec.get("mode") == "train" else "inference",
                       device=torch.device(spec.get("device") or "cpu"))
     candidate = baseline
+    ruleset = load_rules(spec.get("rule_dirs", ())) if spec.get("fixes") else None
     for fix in spec.get("fixes", []):
         rule = ruleset.get(fix["slug"])
         if rule is None or rule.fix_spec is None or rule.fix_spec.apply is None:

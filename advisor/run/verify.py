@@ -125,8 +125,9 @@ class RunVerifier:
             return Verification(status="not-verifiable-here", note=f"{first['rewrite_unapplied']}: the fix was "
                                                                     "not applied, so not measured")
         if first["changes_model"] and not first["model_fixed"]:
-            return Verification(status="fix-failed", note=f"the model ({self.window['model']['class']}) was never "
-                                                          "called in the run with the fix, so the fix was not applied")
+            model = self.window.get("model", {}).get("class") or "not identified by the audit run"
+            return Verification(status="fix-failed", note=f"the model ({model}) was never called in the run with "
+                                                          "the fix, so the fix was not applied")
         with_data = bool(first["changes_loader"])
         compiling = _compile_seconds(base.windows[0], first)
         numerics, errors = self._numerics(base, cand, tolerance, with_data)
