@@ -68,6 +68,7 @@ class CheckChange:
     id: str
     old: str
     new: str
+    borderline: bool = False  # either run decided it within its noise: not called a change by the gate
 
 
 @dataclass
@@ -110,7 +111,7 @@ class ReportDiff:
             return True
         if any(c is not None and c.verdict == "slower" for row in self.latency for c in (row.p50, row.p99)):
             return True
-        return any(STATUS_RANK.get(c.new, 0) > STATUS_RANK.get(c.old, 0) for c in self.checks)
+        return any(STATUS_RANK.get(c.new, 0) > STATUS_RANK.get(c.old, 0) and not c.borderline for c in self.checks)
 
 
 STATUS_RANK = {"skipped": 0, "pass": 0, "warn": 1, "fail": 2}
@@ -149,9 +150,9 @@ def diff_reports(old: Report, new: Report, threshold: float = 0.05) -> ReportDif
 
 
 def _diff_readiness(result: ReportDiff, old, new) -> None:
-    before = {c.id: c.status for c in old.checks}
-    result.checks = [CheckChange(c.id, before[c.id], c.status) for c in new.checks
-                     if c.id in before and before[c.id] != c.status]
+    before = {c.id: c for c in old.checks}
+    result.checks = [CheckChange(c.id, before[c.id].status, c.status, before[c.id].borderline or c.borderline)
+                     for c in new.checks if c.id in before and before[c.id].status != c.status]
     old_rows = {row.batch_size: row for row in old.latency if not row.error and row.samples_ms}
     for row in new.latency:
         if row.error or not row.samples_ms or row.batch_size not in old_rows:
@@ -194,7 +195,8 @@ def render_text(diff: ReportDiff) -> str:
                   f"(noise ±{f.margin.noise:.2g})" for f in diff.borderline]
     lines.append(f"unchanged: {len(diff.kept)}")
     for check in diff.checks:
-        lines.append(f"check {check.id}: {check.old} -> {check.new}")
+        lines.append(f"check {check.id}: {check.old} -> {check.new}"
+                     + (" (borderline: decided within the noise of its threshold)" if check.borderline else ""))
     for row in diff.latency:
         parts = [f"{name} {_said(change)}" for name, change in (("p50", row.p50), ("p99", row.p99)) if change is not None]
         lines.append(f"batch {row.batch_size}: " + "; ".join(parts))

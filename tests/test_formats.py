@@ -157,3 +157,16 @@ def test_readiness_reports_diff_by_check_status_and_latency_percentiles():
     assert [(c.id, c.old, c.new) for c in worse.checks] == [("export", "pass", "fail")] and worse.regressed
     slower = diff_reports(ready("pass", 1.0), ready("pass", 1.5))
     assert slower.latency[0].p50.verdict == "slower" and slower.regressed and "batch 8: p50 +" in render_text(slower)
+
+
+def test_a_readiness_check_decided_within_its_noise_does_not_fail_the_gate():
+    from advisor.ready.model import Readiness, ReadyCheck
+
+    def ready(status: str, borderline: bool) -> Report:
+        report = _report(findings=[])
+        report.readiness = Readiness(checks=[ReadyCheck(id="latency-budget", status=status, message="m",
+                                                        borderline=borderline)])
+        return report
+    flapping = diff_reports(ready("pass", False), ready("warn", True))  # the p99's interval now crosses the budget
+    assert flapping.checks[0].borderline and not flapping.regressed and "borderline" in render_text(flapping)
+    assert diff_reports(ready("pass", False), ready("fail", False)).regressed

@@ -157,3 +157,15 @@ def test_every_format_carries_the_failed_checks_and_the_latency_table():
     assert "Recommended batch size: **8**" in markdown
     results = __import__("json").loads(render_sarif(report))["runs"][0]["results"]
     assert [(r["ruleId"], r["level"]) for r in results] == [("determinism", "error")]
+
+
+def test_checks_near_their_limits_are_marked_borderline():
+    row8 = _healthy().latency[1]
+    crossing = decide(_healthy(), ReadyOptions(latency_budget_ms=(row8.p99.ms + row8.p99.ci_high) / 2))
+    assert crossing.check("latency-budget").borderline
+    assert not decide(_healthy(), ReadyOptions(latency_budget_ms=1000.0)).check("latency-budget").borderline
+    near_memory = decide(_healthy(memory=MemoryBudget(available_mb=59.0)), ReadyOptions()).check("memory")
+    assert near_memory.status == "warn" and near_memory.borderline  # 48 MB of 59: 81%, by the 80% warn limit
+    assert not decide(_healthy(), ReadyOptions()).check("memory").borderline
+    cold = decide(_healthy(cold_start=ColdStartEvidence(first_call_ms=1100.0, warm_ms=1.0)), ReadyOptions())
+    assert cold.check("cold-start").status == "warn" and cold.check("cold-start").borderline

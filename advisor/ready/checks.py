@@ -16,6 +16,8 @@ from advisor.rule import Location
 MEMORY_WARN_SHARE = 0.8  # of the device's memory, at the largest batch size
 COLD_START_WARN_MS = 1000.0  # a first call this much slower than a warm one is felt by the first user
 COLD_START_WARN_RATIO = 10.0
+COLD_START_NOISE = 0.25  # a first call varies this much run to run (relative): within it of a limit is borderline
+MEMORY_NOISE = 0.05  # of the device's memory: allocator and RSS peaks move this much between runs
 
 
 @dataclass
@@ -206,13 +208,14 @@ def latency_budget(ev: ReadyEvidence, options: ReadyOptions) -> ReadyCheck:
     if not meeting:
         fastest = min(rows, key=lambda r: r.p99_ms or float("inf"))
         return ReadyCheck(id="latency-budget", status="fail", values=values,
+                          borderline=fastest.p99 is not None and fastest.p99.ci_low <= budget,
                           message=f"no batch size meets p99 <= {budget:g} ms (batch {fastest.batch_size}: "
                                   f"p99 {fastest.p99_ms:.3g} ms)")
     best = max(meeting, key=lambda r: r.batch_size)
     estimate = " (p99 from fewer than 100 calls: an estimate)" if best.p99_estimate else ""
     sure = best.p99 is not None and best.p99.ci_high <= budget
     return ReadyCheck(
-        id="latency-budget", status="pass" if sure else "warn", values=values,
+        id="latency-budget", status="pass" if sure else "warn", values=values, borderline=not sure,
         message=(f"batch {best.batch_size} meets p99 <= {budget:g} ms: p99 {best.p99_ms:.3g} ms "
                  f"[{best.p99.ci_low:.3g}-{best.p99.ci_high:.3g}]{estimate}, {best.throughput_per_s:.4g} items/s"
                  + ("" if sure else "; the interval crosses the budget, so this is borderline")))
@@ -236,7 +239,8 @@ def memory(ev: ReadyEvidence, options: ReadyOptions) -> ReadyCheck:
                           message=f"peak {largest.peak_memory_mb:.4g} MB at batch {largest.batch_size}")
     share = (largest.peak_memory_mb or 0) / available
     status = "fail" if share > 1 else "warn" if share > MEMORY_WARN_SHARE else "pass"
-    return ReadyCheck(id="memory", status=status, values={**values, "share": round(share, 4)},
+    near = any(abs(share - limit) <= MEMORY_NOISE for limit in (MEMORY_WARN_SHARE, 1.0))
+    return ReadyCheck(id="memory", status=status, values={**values, "share": round(share, 4)}, borderline=near,
                       message=(f"peak {largest.peak_memory_mb:.4g} MB at batch {largest.batch_size}: {share:.1%} of "
                                f"{ev.memory.what} ({available:.6g} MB)"))
 
@@ -250,8 +254,10 @@ def cold_start(ev: ReadyEvidence, options: ReadyOptions) -> ReadyCheck:
     ratio = cold.first_call_ms / cold.warm_ms if cold.warm_ms > 0 else float("inf")
     compiled = f"; torch.compile's first call {compile_s:.3g} s" if compile_s is not None else ""
     slow = cold.first_call_ms > COLD_START_WARN_MS and ratio > COLD_START_WARN_RATIO
+    near = (abs(cold.first_call_ms / COLD_START_WARN_MS - 1) <= COLD_START_NOISE and ratio > COLD_START_WARN_RATIO) or \
+        (abs(ratio / COLD_START_WARN_RATIO - 1) <= COLD_START_NOISE and cold.first_call_ms > COLD_START_WARN_MS)
     return ReadyCheck(
-        id="cold-start", status="warn" if slow else "pass", values=values,
+        id="cold-start", status="warn" if slow else "pass", values=values, borderline=near,
         message=(f"first call {cold.first_call_ms:.4g} ms against {cold.warm_ms:.3g} ms warm ({ratio:.3g}x){compiled}"
                  + ("; warm the model up (a few calls) before it takes traffic" if slow else "")))
 

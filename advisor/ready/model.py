@@ -46,6 +46,8 @@ class ReadyCheck(BaseModel):
     message: str
     values: dict[str, Any] = Field(default_factory=dict)
     locations: list[Location] = Field(default_factory=list)
+    borderline: bool = Field(default=False, description="its value lies within its noise of the threshold: another "
+                                                        "run may decide otherwise (advisor diff does not call it a change)")
 
 
 class Readiness(BaseModel):
