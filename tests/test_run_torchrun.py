@@ -108,6 +108,8 @@ def test_a_hang_in_a_collective_names_it_and_the_rank_that_did_not_arrive(tmp_pa
 
 def test_a_job_that_never_initialises_a_process_group_is_audited_as_one_process(tmp_path):
     script = write_model(tmp_path, JOBS["no_group"], name="no_group.py")
-    report = _job(script, tmp_path / "out")
-    assert report.errors == [] and report.timing is not None
+    # launched as python -m torch.distributed.run: the launcher is recognised by its module too
+    command = (sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", str(script))
+    report = run_script(RunOptions(command=command, out_dir=str(tmp_path / "out"), verify=False, timeout=120)).report
+    assert report.errors == [] and report.timing is not None and len(report.ranks) == 2
     assert "never initialised a process group" in report.stages[0].note

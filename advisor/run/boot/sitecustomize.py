@@ -8,10 +8,16 @@ user's files."""
 import os
 import sys
 
+LAUNCHER_MODULES = ("torch.distributed.run", "torch.distributed.launch")
+
 
 def _torchrun_launcher() -> bool:
-    first = os.path.basename(sys.argv[0]) if sys.argv else ""
-    return first == "torchrun" or "torch.distributed.run" in sys.argv[:2]
+    """``torchrun ...`` or ``python -m torch.distributed.run ...`` (whose sys.argv, this early, does not
+    name the module yet: sys.orig_argv does)."""
+    if sys.argv and os.path.basename(sys.argv[0]) == "torchrun":
+        return True
+    given = list(getattr(sys, "orig_argv", ()))
+    return "-m" in given[:-1] and given[given.index("-m") + 1] in LAUNCHER_MODULES
 
 
 if os.environ.get("ADVISOR_RUN_SPEC") and not os.environ.get("ADVISOR_RUN_OWNER") and not _torchrun_launcher():
