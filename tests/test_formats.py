@@ -73,8 +73,13 @@ def test_sarif_validates_against_the_official_schema(sample_audit):
         pytest.skip("the SARIF 2.1.0 schema was not fetched (.ci/run gets it from the npm registry)")
     import jsonschema
 
+    from advisor.ready.model import Readiness, ReadyCheck
+
     schema = json.loads(schema_path.read_text(encoding="utf-8"))
-    for report in (_report(), sample_audit("host_sync").report, Report(target=TargetInfo(model_file="x.py"))):
+    ready = Report(target=TargetInfo(model_file="x.py"), readiness=Readiness(checks=[
+        ReadyCheck(id="determinism", status="fail", message="m", locations=[Location(file="x.py", line=3, code="y")]),
+        ReadyCheck(id="compile", status="warn", message="w")]))
+    for report in (_report(), sample_audit("host_sync").report, Report(target=TargetInfo(model_file="x.py")), ready):
         jsonschema.Draft4Validator(schema).validate(json.loads(render_sarif(report)))
 
 
