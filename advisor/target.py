@@ -234,10 +234,16 @@ def rebuild_loader(loader: Any, **overrides: Any) -> Any:
     if loader.num_workers > 0 or overrides.get("num_workers", 0) > 0:
         options["prefetch_factor"] = loader.prefetch_factor or 2
     options.update(overrides)
-    if options["num_workers"] == 0:
+    return DataLoader(loader.dataset, **single_process_consistent(options))
+
+
+def single_process_consistent(options: dict[str, Any]) -> dict[str, Any]:
+    """DataLoader keywords made valid when they ask for no workers (DataLoader rejects prefetch_factor
+    and persistent_workers=True then)."""
+    if options.get("num_workers", 0) == 0:
         options.pop("prefetch_factor", None)
         options["persistent_workers"] = False
-    return DataLoader(loader.dataset, **options)
+    return options
 
 
 OPTIONAL_HOOKS = ("get_inputs", "get_dataloader", INPUTS_HOOK, "get_optimizer", "loss_fn")

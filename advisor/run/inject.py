@@ -25,7 +25,7 @@ from typing import Any, Callable
 import torch
 
 from advisor.rule import Finding, NotVerifiable
-from advisor.target import Target, to_channels_last
+from advisor.target import Target, single_process_consistent, to_channels_last
 
 
 def fixed_target(spec: dict) -> tuple[Target, Target]:
@@ -134,11 +134,7 @@ def _rebuild_loaders_with(overrides: dict[str, Any]) -> None:
     original = DataLoader.__init__
 
     def init(self, *args, **kwargs):
-        kwargs.update(overrides)
-        if kwargs.get("num_workers", 0) == 0:
-            kwargs.pop("prefetch_factor", None)
-            kwargs["persistent_workers"] = False
-        original(self, *args, **kwargs)
+        original(self, *args, **single_process_consistent({**kwargs, **overrides}))
     DataLoader.__init__ = init
 
 
