@@ -51,10 +51,9 @@ def audit(
     target = Target(path="<python>", module=None, model=model, inputs=inputs, mode=mode,
                     device=resolve_device(device), get_dataloader=get_dataloader,
                     get_optimizer=get_optimizer, loss_fn=loss_fn, inputs_from_batch=inputs_from_batch)
-    workdir = tempfile.mkdtemp(prefix="advisor-api-")
-    trace_path = os.path.join(trace_dir or workdir, f"{type(model).__name__}.trace.json.gz")
+    trace_path = os.path.join(trace_dir or tempfile.mkdtemp(prefix="advisor-api-"), f"{type(model).__name__}.trace.json.gz")
     state = {"spec": {"trace_path": trace_path}, "target": target}
-    run = run_inline(state, STAGES, workdir)
+    run = run_inline(state, STAGES)
     evidence, errors = build_evidence(run, "<python>")
     report = assemble_report(evidence, config, errors=errors, stages=stage_records(run),
                              verification=VerificationSettings(enabled=verify, budget_s=budget))

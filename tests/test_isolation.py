@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
 
 from advisor.sandbox.supervisor import OUTPUT_LIMIT
-from conftest import audit, line_of, write_model
+from conftest import SAMPLES, audit, line_of, write_model
 
 HANG_IN_FORWARD = """
     import time, torch
@@ -62,6 +63,26 @@ def test_a_segfault_in_the_step_is_survived_and_named(tmp_path):
     [error] = result.report.errors
     assert error.stage == "timing" and error.kind == "crash" and "SIGSEGV" in error.message
     assert _stage(result, "graph").status == "skipped"
+
+
+@pytest.mark.slow
+def test_no_scratch_folder_is_left_behind(tmp_path, monkeypatch):
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))  # where mkdtemp puts the children's folders
+    path = write_model(tmp_path, """
+        import os, torch
+        class Exits(torch.nn.Module):
+            def forward(self, x):
+                os._exit(3)
+        def get_model(): return Exits()
+        def get_inputs(): return torch.ones(2)
+    """)
+    crashed = audit(path, tmp_path / "out")
+    assert crashed.report.errors and crashed.report.errors[0].kind == "crash"
+    healthy = audit(SAMPLES / "zero_grad_in_place.py", tmp_path / "out", verify=True, budget=8)
+    assert [f.verification.status for f in healthy.report.findings if f.verification] != []  # a fix was measured in a child
+    assert list(scratch.iterdir()) == []
 
 
 @pytest.mark.slow

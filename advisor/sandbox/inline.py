@@ -6,7 +6,6 @@ crash of the model is not contained here.
 
 from __future__ import annotations
 
-import os
 import time
 
 from advisor.errors import StageError
@@ -31,10 +30,7 @@ class _Recorder:
         pass
 
     def done(self, stage: str, payload: str) -> None:
-        path = os.path.join(self.run.workdir, f"{stage}.json")
-        with open(path, "w", encoding="utf-8") as handle:
-            handle.write(payload)
-        self.run.outcomes[stage] = StageOutcome(stage, "ok", self._seconds(), result_path=path)
+        self.run.outcomes[stage] = StageOutcome(stage, "ok", self._seconds(), result=payload)
 
     def error(self, stage: str, error: StageError) -> None:
         self.run.outcomes[stage] = StageOutcome(stage, "error", self._seconds(), error=error)
@@ -43,8 +39,8 @@ class _Recorder:
         self.run.outcomes[stage] = StageOutcome(stage, "skipped", note=reason)
 
 
-def run_inline(state: dict, stages: tuple[str, ...], workdir: str) -> CaptureRun:
+def run_inline(state: dict, stages: tuple[str, ...]) -> CaptureRun:
     """Run ``stages`` over ``state`` here; a state that holds a ``target`` needs no load stage."""
-    run = CaptureRun(workdir=workdir)
+    run = CaptureRun()
     run_stages(state, stages, _Recorder(run))
     return run

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -33,7 +34,7 @@ class StageOutcome:
     stage: str
     status: str  # ok | error | skipped | not-run
     seconds: float = 0.0
-    result_path: str | None = None
+    result: str | None = None  # the stage's JSON result (the child's file is removed with its folder)
     error: StageError | None = None
     note: str = ""
 
@@ -43,14 +44,10 @@ class CaptureRun:
     outcomes: dict[str, StageOutcome] = field(default_factory=dict)
     stdout: str = ""
     stderr: str = ""
-    workdir: str = ""
 
     def result(self, stage: str) -> str | None:
         outcome = self.outcomes.get(stage)
-        if outcome is None or outcome.status != "ok" or outcome.result_path is None:
-            return None
-        with open(outcome.result_path, encoding="utf-8") as handle:
-            return handle.read()
+        return outcome.result if outcome is not None and outcome.status == "ok" else None
 
     @property
     def errors(self) -> list[StageError]:
@@ -68,7 +65,7 @@ def run_capture(
     spec_path = os.path.join(workdir, "spec.json")
     with open(spec_path, "w", encoding="utf-8") as handle:
         json.dump(spec, handle)
-    run = CaptureRun(workdir=workdir, outcomes={s: StageOutcome(s, "not-run") for s in stages})
+    run = CaptureRun(outcomes={s: StageOutcome(s, "not-run") for s in stages})
     stdout_path, stderr_path = os.path.join(workdir, "stdout.txt"), os.path.join(workdir, "stderr.txt")
     read_fd, write_fd = os.pipe()
     env = {**os.environ, "ADVISOR_CONTROL_FD": str(write_fd), "PYTHONUNBUFFERED": "1"}
@@ -88,7 +85,13 @@ def run_capture(
         end_process_group(child, graceful=finished)
     run.stdout = output_tail(stdout_path)
     run.stderr = output_tail(stderr_path)
+    shutil.rmtree(workdir, ignore_errors=True)  # one folder per child: an audit must not leave them behind
     return run
+
+
+def _read(path: str) -> str:
+    with open(path, encoding="utf-8") as handle:
+        return handle.read()
 
 
 def _follow(child, read_fd, run: CaptureRun, timeout: float, progress) -> bool:
@@ -131,7 +134,8 @@ def _follow(child, read_fd, run: CaptureRun, timeout: float, progress) -> bool:
             elif kind == "progress":
                 progress(f"{stage}: {message['text']}")
             elif kind == "done":
-                run.outcomes[stage] = StageOutcome(stage, "ok", time.monotonic() - started, message["result"])
+                run.outcomes[stage] = StageOutcome(stage, "ok", time.monotonic() - started,
+                                                   result=_read(message["result"]))
                 current = None
                 progress(f"{stage} done ({run.outcomes[stage].seconds:.1f} s)")
             elif kind == "error":
