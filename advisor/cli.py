@@ -11,7 +11,6 @@ import click
 from advisor import __version__
 from advisor.analyze import AnalyzeOptions, run_analyze
 from advisor.engine import SettingError, load_rules
-from advisor.pipeline import AuditOptions, run_audit
 from advisor.report.terminal import print_problems, print_summary
 from advisor.report.write import FORMATS, write_reports
 from advisor.rule import SHARE_LEVELS, Severity
@@ -77,6 +76,8 @@ def audit(model_file, out_dir, formats, mode, device, timeout, rule_dirs, settin
         _fail(f"{model_file}: no such file; pass the path of a model file defining get_model() and get_inputs()")
     if not model_file.endswith(".py"):
         _fail(f"{model_file}: not a Python file; a model file is a .py file defining get_model() and get_inputs()")
+    from advisor.pipeline import AuditOptions, run_audit  # here: analyze and diff need none of the audit's machinery
+
     options = AuditOptions(
         model_file=model_file, out_dir=out_dir, formats=chosen, mode=mode, device=device, timeout=timeout,
         rule_dirs=tuple(rule_dirs), settings=tuple(settings), disabled=tuple(disabled), fail_on=fail_on,

@@ -9,13 +9,14 @@ from __future__ import annotations
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-import networkx as nx
 from pydantic import BaseModel, ConfigDict, Field
 
 from advisor.kineto import Trace
 from advisor.rank_traces import RankTrace
 
 if TYPE_CHECKING:
+    import networkx as nx
+
     from advisor.rule import Margin
 
 SHARE_NOISE_FLOOR = 0.1  # a share measured over a few profiled steps moves at least this much (relative)
@@ -136,6 +137,8 @@ class GraphCapture(BaseModel):
     @cached_property
     def digraph(self) -> nx.DiGraph:
         """Nodes keyed by id with their GraphNode under ``"node"``; edges run producer -> user."""
+        import networkx as nx  # graph rules only: a trace analysis should not pay its import
+
         graph = nx.DiGraph()
         for node in self.nodes:
             graph.add_node(node.id, node=node)

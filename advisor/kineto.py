@@ -36,6 +36,8 @@ STEP_PREFIX = "ProfilerStep#"
 OPTIMIZER_STEP_PREFIX = "Optimizer.step#"  # torch.optim's record_function around every step()
 
 HOST_CATEGORIES = frozenset({"cpu_op", "user_annotation", "python_function"})
+# ProcessGroupGloo records each collective's work as a "gloo:<collective>" range on the thread that runs it
+HOST_COLLECTIVE_PREFIXES = ("gloo:",)
 # torch's DataLoader marks each batch it produces with this range: ops inside it load data
 LOADER_RANGE = "enumerate(DataLoader)#"
 _NO_ARGS: dict = {}
@@ -78,6 +80,8 @@ def _parse(path: str) -> Trace:
                 trace.optimizer_steps.append(Span(name, ts, dur))
             elif name == ANNOTATED_MARKER:
                 trace.source_annotated = True
+            elif cat == "user_annotation" and name.startswith(HOST_COLLECTIVE_PREFIXES):
+                trace.host_collectives.append(DeviceEvent(cat, name, ts, dur, tid=_tid(event)))
             else:
                 add_host((_tid(event), ts, -dur, cat, name, event.get("args") or _NO_ARGS))
         elif cat == "cuda_runtime" or cat == "cuda_driver":  # the most numerous device-side events

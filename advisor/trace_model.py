@@ -88,6 +88,8 @@ class Trace:
     kernels: list[DeviceEvent] = field(default_factory=list)
     memcpy: list[DeviceEvent] = field(default_factory=list)
     runtime: list[DeviceEvent] = field(default_factory=list)  # cuda_runtime / cuda_driver calls
+    # collectives as a CPU backend runs them (gloo's "gloo:all_reduce" ranges, on its own worker threads)
+    host_collectives: list[DeviceEvent] = field(default_factory=list)
     device_properties: list[dict] = field(default_factory=list)
     distributed_info: dict = field(default_factory=dict)
     source_annotated: bool = False

@@ -5,10 +5,11 @@ rank in ``distributedInfo``; the last rank's collective launches are delayed, so
 rule has something to find. Each ``advisor analyze FOLDER`` runs as a whole process (imports
 included); memory is the peak resident set of the largest process of the run (the main one, or
 one of the pool's workers, each of which holds one trace at a time). With HTA installed
-(``pip install HolisticTraceAnalysis``; not a dependency), its TraceAnalysis over the same folder
-is timed too.
+(``pip install HolisticTraceAnalysis``, not a dependency: in this interpreter or the one given by
+``--hta-python``), its TraceAnalysis over the same folder is timed too, with the analyses
+bench/trace_speed.py asks of it (idle time breakdown, kernel launch statistics).
 
-    python bench/ranks_scale.py [--ranks 2,8,32]
+    python bench/ranks_scale.py [--ranks 2,8,32] [--hta-python VENV/bin/python]
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import argparse
 import gzip
 import json
 import os
+import subprocess
 import sys
 import tempfile
 
@@ -44,7 +46,8 @@ def _late(event: dict) -> dict:
 
 
 HTA = ("import sys\nfrom hta.trace_analysis import TraceAnalysis\n"
-       "analysis = TraceAnalysis(trace_dir=sys.argv[1])\nanalysis.get_idle_time_breakdown(visualize=False)\n")
+       "analysis = TraceAnalysis(trace_dir=sys.argv[1])\nanalysis.get_idle_time_breakdown(visualize=False)\n"
+       "analysis.get_cuda_kernel_launch_stats(visualize=False)\n")
 
 
 def main() -> None:
@@ -52,12 +55,9 @@ def main() -> None:
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--ranks", default="2,8,32")
+    parser.add_argument("--hta-python", default=sys.executable, help="the interpreter HTA is installed for")
     args = parser.parse_args()
-    try:
-        import hta  # noqa: F401
-        has_hta = True
-    except ImportError:
-        has_hta = False
+    has_hta = subprocess.run([args.hta_python, "-c", "import hta"], capture_output=True).returncode == 0
     print(f"{'ranks':>6} {'advisor s':>10} {'advisor MB':>11}" + (f" {'HTA s':>8} {'HTA MB':>8}" if has_hta else ""))
     for count in (int(n) for n in args.ranks.split(",")):
         with tempfile.TemporaryDirectory() as folder, tempfile.TemporaryDirectory() as out:
@@ -65,7 +65,7 @@ def main() -> None:
             wall, peak = measured([sys.executable, "-m", "advisor", "analyze", folder, "--out", out, "--format", "json"])
             line = f"{count:>6} {wall:>10.2f} {peak:>11.0f}"
             if has_hta:
-                hta_wall, hta_peak = measured([sys.executable, "-c", HTA, folder])
+                hta_wall, hta_peak = measured([args.hta_python, "-c", HTA, folder])
                 line += f" {hta_wall:>8.2f} {hta_peak:>8.0f}"
             print(line)
 

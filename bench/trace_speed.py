@@ -10,7 +10,7 @@ A synthetic trace of about a million events is made by repeating the steps of a 
 Each tool runs ``--repeats`` times per trace, alternating with the other, and the median run
 is reported (this machine is shared and noisy; single runs of the small traces varied 20%).
 
-    python bench/trace_speed.py [--events 1000000] [--repeats 5]
+    python bench/trace_speed.py [--events 1000000] [--repeats 5] [--hta-python VENV/bin/python]
 """
 
 from __future__ import annotations
@@ -75,8 +75,8 @@ print(json.dumps({{"seconds": seconds, "peak_mb": peak_mb(base)}}))
 """
 
 
-def run(code: str) -> dict:
-    completed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=3600)
+def run(code: str, python: str = sys.executable) -> dict:
+    completed = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=3600)
     lines = [line for line in completed.stdout.splitlines() if line.startswith("{")]
     if completed.returncode != 0 or not lines:
         return {"error": (completed.stderr.strip().splitlines() or ["failed"])[-1]}
@@ -128,6 +128,8 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--repeats", type=int, default=5, help="runs per tool and trace (3 at most for the synthetic)")
+    parser.add_argument("--hta-python", default=sys.executable,
+                        help="the interpreter HTA is installed for (e.g. a venv of its own: its pandas/jupyter stack)")
     args = parser.parse_args()
     rows, wholes = [], []
     with tempfile.TemporaryDirectory() as scratch:
@@ -149,10 +151,10 @@ def main() -> None:
             ours_runs, theirs_runs, ours_whole, theirs_whole = [], [], [], []
             for _ in range(max(1, repeats)):
                 ours_runs.append(run(ADVISOR.format(root=ROOT, path=path)))
-                theirs_runs.append(run(HTA.format(folder=folder)))
+                theirs_runs.append(run(HTA.format(folder=folder), args.hta_python))
                 ours_whole.append(measured([sys.executable, "-m", "advisor", "analyze", path, "--format", "json",
                                             "--out", os.path.join(scratch, "out")]))
-                theirs_whole.append(measured([sys.executable, "-c", HTA.format(folder=folder)]))
+                theirs_whole.append(measured([args.hta_python, "-c", HTA.format(folder=folder)]))
             rows.append((name, _median_run(ours_runs), _median_run(theirs_runs)))
             wholes.append((name, sorted(ours_whole)[len(ours_whole) // 2], sorted(theirs_whole)[len(theirs_whole) // 2]))
             print(f"  measured {name}", file=sys.stderr)

@@ -1,9 +1,13 @@
-"""Collective communication (NCCL/RCCL) that is not overlapped with compute.
+"""Collective communication (NCCL/RCCL on GPUs, gloo on CPUs) that is not overlapped with compute.
 
 What it detects:
     Per profiled step, the time collective kernels (``ncclKernel_*``, ``ncclDevKernel_*``)
-    run while no compute kernel runs on any other stream: exposed communication. Reported when
-    it is at least ``min_exposed_share`` of the step.
+    run while no compute kernel runs on any other stream: exposed communication. Without GPU
+    collectives, the same from the host: the ranges gloo records around each collective on its
+    worker threads (``gloo:all_reduce``), against the CPU ops the other threads run. Reported
+    when it is at least ``min_exposed_share`` of the step. A DDP model whose gradients all fit
+    one bucket (smaller than the cap) is not reported: its single all-reduce can only start at
+    the end of backward, and no bucket setting changes that.
 
 Why it matters:
     Data-parallel training overlaps gradient all-reduce with the backward pass; communication
@@ -26,11 +30,11 @@ Example:
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Iterator, Union
 
 from advisor.evidence import Evidence
-from advisor.kineto import Span, Trace
-from advisor.opsets import is_collective
+from advisor.kineto import DeviceEvent, Op, Span, Trace
+from advisor.opsets import is_collective, is_collective_call
 from advisor.rule import Finding, Fix, Layer, Severity, Threshold, Thresholds, rule
 
 
@@ -46,11 +50,14 @@ from advisor.rule import Finding, Fix, Layer, Severity, Threshold, Thresholds, r
 )
 def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     trace = ev.trace
-    if trace is None or not trace.steps or not any(is_collective(k.name) for k in trace.kernels):
+    if trace is None or not trace.steps or _single_bucket(ev):
+        return
+    communication, compute, measured_on = communication_and_compute(trace)
+    if not communication:
         return
     comm_us = exposed_us = 0.0
     for step in trace.steps:
-        comm, exposed = exposed_communication(trace, step)
+        comm, exposed = exposed_communication(communication, compute, step)
         comm_us += comm
         exposed_us += exposed
     step_us = sum(s.dur for s in trace.steps)
@@ -66,7 +73,8 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
         impact=share,
         evidence={"comm_ms_per_step": round(comm_us / len(trace.steps) / 1000, 4),
                   "exposed_ms_per_step": round(exposed_us / len(trace.steps) / 1000, 4),
-                  "overlapped_share": round(overlapped, 4), "exposed_share_of_step": round(share, 4)},
+                  "overlapped_share": round(overlapped, 4), "exposed_share_of_step": round(share, 4),
+                  "measured_on": measured_on},
         fix=Fix(summary="let communication overlap the backward pass (DDP buckets, gradient_as_bucket_view=True, "
                         "no find_unused_parameters unless needed; FSDP prefetch)",
                 before="model = DDP(model, find_unused_parameters=True)",
@@ -75,14 +83,35 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     )
 
 
-def exposed_communication(trace: Trace, span: Span) -> tuple[float, float]:
-    """(collective µs, collective µs with no compute kernel running) inside ``span``."""
+Timed = Union[DeviceEvent, Op]
+
+
+def communication_and_compute(trace: Trace) -> tuple[list[Timed], list[Timed], str]:
+    """The collectives, the compute they could hide behind, and what they were read from."""
+    if any(is_collective(k.name) for k in trace.kernels):
+        return ([k for k in trace.kernels if is_collective(k.name)],
+                [k for k in trace.kernels if not is_collective(k.name)], "GPU kernels")
+    if not trace.host_collectives:
+        return [], [], ""
+    comm_threads = {event.tid for event in trace.host_collectives}
+    compute = [op for op in trace.ops
+               if op.depth == 0 and op.tid not in comm_threads and not is_collective_call(op.name)]
+    return list(trace.host_collectives), compute, "gloo ranges and CPU ops"
+
+
+def _single_bucket(ev: Evidence) -> bool:
+    ddp = ev.ddp
+    return ddp is not None and len(ddp.bucket_bytes) == 1 and ddp.parameter_bytes <= ddp.bucket_cap_bytes
+
+
+def exposed_communication(communication: list[Timed], compute: list[Timed], span: Span) -> tuple[float, float]:
+    """(collective µs, collective µs with no compute running) inside ``span``."""
     def clipped(events):
         return sorted((max(e.ts, span.ts), min(e.ts + e.dur, span.end)) for e in events
                       if e.ts < span.end and e.ts + e.dur > span.ts)
 
-    comm = clipped(k for k in trace.kernels if is_collective(k.name))
-    compute = _union(clipped(k for k in trace.kernels if not is_collective(k.name)))
+    comm = clipped(communication)
+    compute = _union(clipped(compute))
     total = exposed = 0.0
     first = 0  # both lists are sorted and disjoint: walk the compute intervals once
     for start, end in _union(comm):

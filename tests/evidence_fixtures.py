@@ -24,6 +24,8 @@ from advisor.trace_stream import EventStream
 
 ROOT = Path(__file__).resolve().parent.parent
 EVIDENCE_DIR = ROOT / "tests" / "data" / "evidence"
+# rank 0 of `advisor run -- torchrun --nproc-per-node 2 samples/scripts/<script>.py` (2 gloo ranks)
+DDP_DIR = ROOT / "tests" / "data" / "ddp"
 PLACEHOLDER = "{ROOT}"
 
 
@@ -32,11 +34,11 @@ def recorded_samples() -> list[str]:
 
 
 @functools.lru_cache(maxsize=None)
-def saved_evidence(sample: str) -> Evidence:
+def saved_evidence(sample: str, folder: Path = EVIDENCE_DIR) -> Evidence:
     """The evidence a real audit of ``samples/<sample>.py`` recorded (shared: copy before changing)."""
-    text = _read(EVIDENCE_DIR / f"{sample}.evidence.json.gz")
+    text = _read(folder / f"{sample}.evidence.json.gz")
     evidence = Evidence.model_validate_json(text)
-    trace_file = EVIDENCE_DIR / f"{sample}.trace.json.gz"
+    trace_file = folder / f"{sample}.trace.json.gz"
     if trace_file.exists():
         with tempfile.TemporaryDirectory() as scratch:
             path = os.path.join(scratch, f"{sample}.trace.json")
@@ -55,12 +57,12 @@ def _json_path(path: Path) -> str:
     return json.dumps(str(path))[1:-1]  # as the path appears inside a JSON string
 
 
-def save_evidence(sample: str, evidence: Evidence, trace_path: str | None) -> None:
+def save_evidence(sample: str, evidence: Evidence, trace_path: str | None, folder: Path = EVIDENCE_DIR) -> None:
     """Write one sample's fixtures (called by tests/record_evidence.py)."""
-    EVIDENCE_DIR.mkdir(parents=True, exist_ok=True)
+    folder.mkdir(parents=True, exist_ok=True)
     text = evidence.model_dump_json(exclude={"trace", "ranks"})
-    _write(EVIDENCE_DIR / f"{sample}.evidence.json.gz", text)
-    trace_file = EVIDENCE_DIR / f"{sample}.trace.json.gz"
+    _write(folder / f"{sample}.evidence.json.gz", text)
+    trace_file = folder / f"{sample}.trace.json.gz"
     if trace_path is None:
         trace_file.unlink(missing_ok=True)
         return

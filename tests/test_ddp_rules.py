@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from evidence_fixtures import DDP_DIR, saved_evidence
+
 from advisor.engine import load_rules, run_rules
 from advisor.evidence import DDPInfo, Evidence, RankSummary, TargetInfo
 from advisor.timing import summarize
@@ -63,3 +65,21 @@ def test_the_straggler_says_what_its_rank_is_slow_in():
     evidence.rank_summaries[1].data_wait_ms = 20.0
     assert "waiting for data (20 ms per step against 0 ms)" in _slow_in(evidence, 1)
     assert _slow_in(evidence, 0) == ""
+
+
+def test_exposed_gloo_communication_is_read_from_a_real_ranks_trace():
+    recorded = saved_evidence("ddp_train", DDP_DIR)  # rank 0 of samples/scripts/ddp_train.py, 2 gloo ranks
+    fired = _fired(recorded)
+    assert set(fired) == {"no-sync-accumulation", "find-unused-parameters", "ddp-buckets", "comm-overlap"}
+    overlap = fired["comm-overlap"]
+    assert overlap.evidence["measured_on"] == "gloo ranges and CPU ops"
+    assert 0 < overlap.evidence["overlapped_share"] < 1 and overlap.evidence["exposed_share_of_step"] >= 0.05
+
+
+def test_one_bucket_at_the_end_of_backward_is_not_reported_as_exposed():
+    clean = saved_evidence("ddp_clean", DDP_DIR)
+    assert clean.trace.host_collectives and _fired(clean) == {}
+    # the same trace, had the gradients gone out in two buckets, is judged on its exposed communication
+    split = clean.model_copy(update={"ddp": clean.ddp.model_copy(update={"bucket_bytes": [2**20, 5 * 2**20],
+                                                                         "bucket_cap_bytes": 2**20})})
+    assert "comm-overlap" in _fired(split)

@@ -123,13 +123,13 @@ class Report(BaseModel):
 
     def save(self, path: str) -> str:
         """Write the report; the format follows the suffix: .html, .json, .md or .sarif."""
-        from advisor.report.write import RENDERERS
+        from advisor.report.write import FORMATS, render
 
         suffix = os.path.splitext(path)[1].lstrip(".").lower()
-        if suffix not in RENDERERS:
+        if suffix not in FORMATS:
             raise ValueError(f"{path}: unknown report format {suffix!r}; use .html, .json, .md or .sarif")
         with open(path, "w", encoding="utf-8") as handle:
-            handle.write(RENDERERS[suffix](self))
+            handle.write(render(suffix, self))
         return path
 
     def findings_by_layer(self) -> list[tuple[Layer, list[Finding]]]:

@@ -5,20 +5,27 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from advisor.report.html import render_html
-from advisor.report.markdown import render_markdown
-from advisor.report.sarif import render_sarif
-
 if TYPE_CHECKING:
     from advisor.report.model import Report
 
 FORMATS = ("html", "json", "md", "sarif")
-RENDERERS = {
-    "html": render_html,
-    "json": lambda report: report.model_dump_json(indent=2),
-    "md": render_markdown,
-    "sarif": render_sarif,
-}
+
+
+def render(fmt: str, report: Report) -> str:
+    """Each renderer imported when its format is asked for (the HTML one brings jinja2)."""
+    if fmt == "html":
+        from advisor.report.html import render_html
+
+        return render_html(report)
+    if fmt == "md":
+        from advisor.report.markdown import render_markdown
+
+        return render_markdown(report)
+    if fmt == "sarif":
+        from advisor.report.sarif import render_sarif
+
+        return render_sarif(report)
+    return report.model_dump_json(indent=2)
 
 
 def write_reports(report: Report, out_dir: str, stem: str, formats: tuple[str, ...]) -> dict[str, str]:
@@ -27,7 +34,7 @@ def write_reports(report: Report, out_dir: str, stem: str, formats: tuple[str, .
     written = {}
     for fmt in formats:
         path = os.path.join(out_dir, f"{stem}.{fmt}")
-        text = RENDERERS[fmt](report)
+        text = render(fmt, report)
         with open(path, "w", encoding="utf-8") as handle:
             handle.write(text)
         written[fmt] = path
