@@ -3,8 +3,9 @@
 A 64-rank folder of full traces would hold every event of every rank at once. Here only the
 primary rank's trace is kept whole (every other rule reads it); the others are parsed in a pool of
 worker processes, one trace at a time per worker, and each comes back as a ``RankTrace``: its
-rank, its mean step and the offset of each collective's launch from its step's start (the
-straggler rule's input) — a few hundred numbers per rank.
+rank, its mean step, the offset of each collective's launch from its step's start and, in traces
+advisor recorded, the host time between the script's torch calls (the straggler rule's inputs) —
+a few hundred numbers per rank.
 """
 
 from __future__ import annotations
@@ -25,11 +26,14 @@ class RankTrace:
     distributed_info: dict = field(default_factory=dict)
     mean_step_us: float = 0.0
     collective_offsets: dict[tuple[int, int], float] = field(default_factory=dict)
+    # (file, line of a torch call, line of the next one) -> µs per step between them with no torch call running
+    host_gaps: dict[tuple[str, int, int], float] = field(default_factory=dict)
 
     @classmethod
     def of(cls, trace: Trace) -> RankTrace:
         return cls(path=trace.path, distributed_info=dict(trace.distributed_info),
-                   mean_step_us=trace.mean_step_us() if trace.steps else 0.0, collective_offsets=launch_offsets(trace))
+                   mean_step_us=trace.mean_step_us() if trace.steps else 0.0, collective_offsets=launch_offsets(trace),
+                   host_gaps=host_gaps(trace))
 
     @property
     def rank(self) -> int | None:
@@ -51,6 +55,26 @@ def launch_offsets(trace: Trace) -> dict[tuple[int, int], float]:
             if op.step is not None and is_collective_call(op.name):
                 per_step.setdefault(op.step, []).append(op.ts - trace.steps[op.step].ts)
     return {(step, k): offset for step, found in per_step.items() for k, offset in enumerate(sorted(found))}
+
+
+def host_gaps(trace: Trace) -> dict[tuple[str, int, int], float]:
+    """Per step, the host time between consecutive torch calls of the script (advisor's source
+    annotations), by the pair of lines: Python work that runs no torch op (a sleep, a tokenizer,
+    logging) shows only there."""
+    if not trace.steps or not trace.calls:
+        return {}
+    totals: dict[tuple[str, int, int], float] = {}
+    previous = None
+    for call in sorted((c for c in trace.calls if c.step is not None), key=lambda c: (c.tid, c.ts)):
+        end = previous.ts + previous.dur if previous is not None else 0.0
+        if previous is not None and call.ts < end:
+            continue  # a call inside the previous one (nested torch calls): no gap
+        if (previous is not None and previous.tid == call.tid and previous.step == call.step
+                and previous.file == call.file):
+            key = (call.file, previous.line, call.line)
+            totals[key] = totals.get(key, 0.0) + call.ts - end
+        previous = call
+    return {key: total / len(trace.steps) for key, total in totals.items()}
 
 
 def summarize_file(path: str) -> RankTrace:

@@ -6,7 +6,10 @@ What it detects:
     call) measured from the start of its own rank's profiled step (so the ranks' clocks need
     not agree), the k-th collective of step s compared across ranks. A rank whose
     median lateness against the other ranks is at least ``min_late_ms`` and ``min_late_share``
-    of the step is a straggler.
+    of the step is a straggler. What it is slow in comes from the ranks' own records (data
+    wait, work outside communication); in traces advisor recorded (``advisor run``), the host
+    time between two of the script's torch calls that the straggler spends and the others do
+    not (at least half its lateness) pins the place: the lines between those calls.
 
 Why it matters:
     A collective finishes only when every rank has joined it: one slow rank (more data, a
@@ -32,12 +35,13 @@ Example:
 
 from __future__ import annotations
 
+import os
 import statistics
 from typing import Iterator
 
 from advisor.evidence import Evidence
 from advisor.rank_traces import RankTrace
-from advisor.rule import Finding, Fix, Layer, Severity, Threshold, Thresholds, rule
+from advisor.rule import Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
 
 
 @rule(
@@ -70,14 +74,16 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
         return
     name = _rank_name(ev.ranks[worst], worst)
     rank = ev.ranks[worst].rank if ev.ranks[worst].rank is not None else worst
+    place = _slow_place(ev.ranks[worst], [r for j, r in enumerate(ev.ranks) if j != worst], late_us)
     yield Finding(
         message=(f"{name} launches its collectives {late_us / 1000:.3g} ms later than the other ranks (median over "
                  f"{len(keys)} collectives), {late_us / step_us:.0%} of a step that every other rank spends waiting"
-                 + _slow_in(ev, rank)),
+                 + _slow_in(ev, rank) + (f"; {place.note}" if place else "")),
         impact=late_us / step_us,
         evidence={"straggler": name, "late_ms": round(late_us / 1000, 4), "ranks": len(ev.ranks),
                   "collectives_compared": len(keys),
                   "lateness_ms_by_rank": [round(x / 1000, 4) for x in lateness]},
+        locations=[place] if place else [],
         fix=Fix(summary=f"look at what {name} does before its collectives: uneven inputs, extra host work or syncs, "
                         "a slower device or link",
                 before="if rank == 0:\n    log_metrics(loss.item())",
@@ -103,6 +109,28 @@ def _slow_in(ev: Evidence, rank: int) -> str:
             parts.append(f"work outside communication ({busy:.3g} ms per step against {usual:.3g} ms on the others: "
                          "compute, host syncs or per-batch work only it does)")
     return f"; it is slow in {' and '.join(parts)}" if parts else ""
+
+
+def _slow_place(slow: RankTrace, others: list[RankTrace], late_us: float) -> Location | None:
+    """The lines whose host time (between two torch calls) the slow rank spends and the others do
+    not, when that extra time is at least half its lateness."""
+    if not slow.host_gaps or not all(r.host_gaps for r in others):
+        return None
+    extra = {key: mine - statistics.median(r.host_gaps.get(key, 0.0) for r in others)
+             for key, mine in slow.host_gaps.items()}
+    key = max(extra, key=extra.get)
+    if extra[key] < 0.5 * late_us:
+        return None
+    file, before, after = key
+    name, per_step = os.path.basename(file), f"{extra[key] / 1000:.3g} ms per step more than the other ranks"
+    if after > before + 1:
+        lines = f"line {before + 1}" if after == before + 2 else f"lines {before + 1}-{after - 1}"
+        return Location.at(file, before + 1, note=f"it spends {per_step} in {lines} of {name}, "
+                                                   f"between the torch calls of lines {before} and {after}")
+    if after > before:  # the two calls are on adjacent lines: the time is spent on the later one, before its call
+        return Location.at(file, after, note=f"it spends {per_step} on line {after} of {name}, before its torch call")
+    return Location.at(file, before, note=f"it spends {per_step} after the torch call of line {before} of {name}, "
+                                          f"before the one of line {after} (the next iteration)")
 
 
 def _rank_name(trace: RankTrace, position: int) -> str:

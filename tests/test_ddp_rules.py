@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import json
+
 from evidence_fixtures import DDP_DIR, saved_evidence
 
 from advisor.engine import load_rules, run_rules
 from advisor.evidence import DDPInfo, Evidence, RankSummary, TargetInfo
+from advisor.kineto import parse_trace
+from advisor.rank_traces import RankTrace, host_gaps
 from advisor.timing import summarize
+from conftest import write_model
 
 SCRIPT = "/w/train.py"
 RULES = load_rules()
@@ -83,3 +88,31 @@ def test_one_bucket_at_the_end_of_backward_is_not_reported_as_exposed():
     split = clean.model_copy(update={"ddp": clean.ddp.model_copy(update={"bucket_bytes": [2**20, 5 * 2**20],
                                                                          "bucket_cap_bytes": 2**20})})
     assert "comm-overlap" in _fired(split)
+
+
+def test_host_time_between_the_scripts_torch_calls_is_summed_per_step_by_line_pair(tmp_path):
+    def span(name, ts, dur):
+        return {"ph": "X", "cat": "user_annotation", "name": name, "ts": ts, "dur": dur, "tid": 1}
+
+    events = [span("ProfilerStep#0", 0, 1000), span("ProfilerStep#1", 1000, 1000)]
+    for start in (0, 1000):
+        events += [span(f"advisor.src:torch.randn@{SCRIPT}:41", start + 10, 20),
+                   span(f"advisor.src:Tensor.add@{SCRIPT}:42", start + 15, 5),  # inside the call above: no gap
+                   span(f"advisor.src:linear@{SCRIPT}:44", start + 530, 100)]
+    path = tmp_path / "rank1.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    assert host_gaps(parse_trace(str(path))) == {(SCRIPT, 41, 44): 500.0}
+
+
+def test_the_straggler_is_pinned_to_the_lines_only_it_spends_time_in(tmp_path):
+    from advisor.rules.straggler import _slow_place
+
+    script = str(write_model(tmp_path, "x = 1\n" * 50, name="train.py"))
+    fast = RankTrace(path="r0", host_gaps={(script, 41, 44): 480.0, (script, 44, 45): 5000.0, (script, 45, 41): 700.0})
+    slow = RankTrace(path="r1", host_gaps={(script, 41, 44): 33_900.0, (script, 44, 45): 5600.0, (script, 45, 41): 400.0})
+    place = _slow_place(slow, [fast], late_us=9000)
+    assert place.line == 42 and "33.4 ms per step more than the other ranks in lines 42-43 of train.py" in place.note
+    assert _slow_place(slow, [fast], late_us=80_000) is None  # 33 ms of host work explains too little of 80 ms
+    wrapped = RankTrace(path="r1", host_gaps={**fast.host_gaps, (script, 45, 41): 20_700.0})
+    assert _slow_place(wrapped, [fast], late_us=9000).line == 45  # after line 45, before the next iteration's 41
+    assert _slow_place(slow, [RankTrace(path="r0")], late_us=9000) is None  # a trace advisor did not annotate

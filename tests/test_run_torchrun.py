@@ -43,6 +43,10 @@ def test_the_ddp_mistakes_and_the_slow_rank_are_found_at_the_scripts_lines(tmp_p
     assert found["no-sync-accumulation"].evidence["micro_steps"] == 4
     assert found["no-sync-accumulation"].locations[0].line == line_of(script, "MICRO STEP LINE") - 1  # model(x)
     assert found["straggler"].evidence["straggler"] == "rank 1" and "slow in" in found["straggler"].message
+    slow_line = line_of(script, "SLOW RANK LINE")  # its sleep, between the torch calls of two other lines
+    assert f"lines {slow_line - 1}-{slow_line}" in found["straggler"].message
+    assert [loc.line for loc in found["straggler"].locations] == [slow_line - 1]
+    assert "comm-overlap" in found and found["comm-overlap"].evidence["measured_on"] == "gloo ranges and CPU ops"
     ranks = tmp_path / "ddp_train.ranks"
     assert sorted(os.listdir(ranks)) == ["evidence", "rank0.trace.json.gz", "rank1.trace.json.gz"]
     recorded = json.loads((ranks / "evidence" / "rank1.json").read_text())
