@@ -35,7 +35,7 @@ from typing import Iterator, Union
 from advisor.evidence import Evidence
 from advisor.kineto import DeviceEvent, Op, Span, Trace
 from advisor.opsets import is_collective, is_collective_call
-from advisor.rule import Finding, Fix, Layer, Severity, Threshold, Thresholds, rule
+from advisor.rule import Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
 
 
 @rule(
@@ -69,8 +69,9 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
         severity=Severity.HIGH if share >= th.high_exposed_share else Severity.MEDIUM,
         message=(f"collectives run {comm_us / len(trace.steps) / 1000:.3g} ms per step, {overlapped:.0%} of it "
                  f"overlapped with compute; the exposed {exposed_us / len(trace.steps) / 1000:.3g} ms is {share:.0%} "
-                 "of the step"),
+                 "of the step" + _context(ev)),
         impact=share,
+        locations=[Location.at(ev.ddp.file, ev.ddp.line)] if ev.ddp is not None and ev.ddp.file else [],
         evidence={"comm_ms_per_step": round(comm_us / len(trace.steps) / 1000, 4),
                   "exposed_ms_per_step": round(exposed_us / len(trace.steps) / 1000, 4),
                   "overlapped_share": round(overlapped, 4), "exposed_share_of_step": round(share, 4),
@@ -97,6 +98,16 @@ def communication_and_compute(trace: Trace) -> tuple[list[Timed], list[Timed], s
     compute = [op for op in trace.ops
                if op.depth == 0 and op.tid not in comm_threads and not is_collective_call(op.name)]
     return list(trace.host_collectives), compute, "gloo ranges and CPU ops"
+
+
+def _context(ev: Evidence) -> str:
+    """What else the exposed time holds in a multi-rank run: a collective waits for the last rank to join."""
+    if len(ev.ranks) < 2 and ev.ddp is None:
+        return ""
+    text = " (on this rank; it includes waiting for slower ranks to join each collective"
+    if ev.ddp is not None and ev.ddp.synced_forwards_per_step > 1:
+        text += f", and the all-reduces of {ev.ddp.synced_forwards_per_step:g} micro-steps per optimizer step"
+    return text + ")"
 
 
 def _single_bucket(ev: Evidence) -> bool:

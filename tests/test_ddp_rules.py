@@ -79,6 +79,8 @@ def test_exposed_gloo_communication_is_read_from_a_real_ranks_trace():
     overlap = fired["comm-overlap"]
     assert overlap.evidence["measured_on"] == "gloo ranges and CPU ops"
     assert 0 < overlap.evidence["overlapped_share"] < 1 and overlap.evidence["exposed_share_of_step"] >= 0.05
+    assert [loc.line for loc in overlap.locations] == [recorded.ddp.line]  # where the script builds DDP
+    assert "waiting for slower ranks" in overlap.message and "4 micro-steps" in overlap.message
 
 
 def test_one_bucket_at_the_end_of_backward_is_not_reported_as_exposed():
