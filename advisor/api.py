@@ -40,7 +40,8 @@ def audit(
     trace_dir: str | None = None,
 ) -> Report:
     """Audit a live model on one batch of ``inputs`` (Tensor, tuple -> *args, dict -> **kwargs), or,
-    with ``get_dataloader``, on the loader's real batches (``inputs`` may then be None)."""
+    with ``get_dataloader``, on the loader's real batches (``inputs`` may then be None). The trace is
+    written to ``trace_dir``, or else to a temporary folder that is kept (the report links to it)."""
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"model is a {type(model).__name__}, not a torch.nn.Module")
     if inputs is None and get_dataloader is None:
