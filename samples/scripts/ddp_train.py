@@ -40,7 +40,7 @@ def main() -> None:
         for _micro in range(args.accumulate):
             x, y = torch.randn(32, 256, generator=generator), torch.randn(32, 256, generator=generator)
             if rank == 1:
-                time.sleep(0.008)  # SLOW RANK LINE: extra per-batch work on one rank
+                time.sleep(0.012)  # SLOW RANK LINE: extra per-batch work on one rank
             loss = F.mse_loss(model(x), y) / args.accumulate
             loss.backward()  # MICRO STEP LINE: all-reduces every micro-step
         optimizer.step()
