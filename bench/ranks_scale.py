@@ -51,12 +51,13 @@ HTA = ("import sys\nfrom hta.trace_analysis import TraceAnalysis\n"
 
 
 def main() -> None:
-    from whole_process import measured  # bench/ is on the path when run as a script
+    from whole_process import compile_sources, measured  # bench/ is on the path when run as a script
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--ranks", default="2,8,32")
     parser.add_argument("--hta-python", default=sys.executable, help="the interpreter HTA is installed for")
     args = parser.parse_args()
+    compile_sources()  # as an installed package has it
     has_hta = subprocess.run([args.hta_python, "-c", "import hta"], capture_output=True).returncode == 0
     print(f"{'ranks':>6} {'advisor s':>10} {'advisor MB':>11}" + (f" {'HTA s':>8} {'HTA MB':>8}" if has_hta else ""))
     for count in (int(n) for n in args.ranks.split(",")):

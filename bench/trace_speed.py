@@ -6,6 +6,7 @@ per trace: advisor parses the trace and runs every rule; HTA loads it and comput
 time breakdown and kernel launch statistics (the closest analyses to advisor's gpu-idle and
 kernel-storm). Memory is the peak resident set growth over the process after its imports
 (Linux: the peak is reset after the imports through /proc/self/clear_refs, then read as VmHWM).
+advisor's bytecode is written first, as an installed package has it (HTA's is, by pip).
 A synthetic trace of about a million events is made by repeating the steps of a real one.
 Each tool runs ``--repeats`` times per trace, alternating with the other, and the median run
 is reported (this machine is shared and noisy; single runs of the small traces varied 20%).
@@ -24,7 +25,7 @@ import subprocess
 import sys
 import tempfile
 
-from whole_process import measured
+from whole_process import compile_sources, measured
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED = os.path.join(os.path.dirname(ROOT), "shared", "traces", "hta")
@@ -131,6 +132,7 @@ def main() -> None:
     parser.add_argument("--hta-python", default=sys.executable,
                         help="the interpreter HTA is installed for (e.g. a venv of its own: its pandas/jupyter stack)")
     args = parser.parse_args()
+    compile_sources()
     rows, wholes = [], []
     with tempfile.TemporaryDirectory() as scratch:
         cases = []
