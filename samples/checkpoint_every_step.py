@@ -4,6 +4,7 @@
 synchronously inside the step, and the step waits for the file.
 """
 
+import atexit
 import os
 import tempfile
 
@@ -38,3 +39,9 @@ def get_inputs():
 
 def get_optimizer(model):
     return torch.optim.SGD(model.parameters(), lr=0.01)
+
+
+@atexit.register
+def _remove_checkpoint() -> None:  # each audit or verification process writes its own
+    if os.path.exists(CHECKPOINT):
+        os.remove(CHECKPOINT)
