@@ -89,9 +89,12 @@ Timed = Union[DeviceEvent, Op]
 
 def communication_and_compute(trace: Trace) -> tuple[list[Timed], list[Timed], str]:
     """The collectives, the compute they could hide behind, and what they were read from."""
-    if any(is_collective(k.name) for k in trace.kernels):
-        return ([k for k in trace.kernels if is_collective(k.name)],
-                [k for k in trace.kernels if not is_collective(k.name)], "GPU kernels")
+    collectives: list[Timed] = []
+    others: list[Timed] = []
+    for kernel in trace.kernels:  # one pass: a GPU trace holds hundreds of thousands of kernels
+        (collectives if is_collective(kernel.name) else others).append(kernel)
+    if collectives:
+        return collectives, others, "GPU kernels"
     if not trace.host_collectives:
         return [], [], ""
     comm_threads = {event.tid for event in trace.host_collectives}
