@@ -1,0 +1,1 @@
+"""``advisor ready``: the pre-deployment gate, measured in the supervised child and decided from saved evidence."""
