@@ -9,8 +9,8 @@ from advisor.assembly import assemble_report
 from advisor.engine import RuleConfig
 from advisor.errors import StageError
 from advisor.evidence import Environment, Evidence, TargetInfo
-from advisor.kineto import Trace, TraceFormatError, parse_trace
-from advisor.rank_traces import RankTrace, rank_traces
+from advisor.kineto import Trace, TraceFormatError
+from advisor.rank_traces import RankTrace, parse_ranks
 from advisor.report.model import Report, VerificationSettings
 
 TRACE_SUFFIXES = (".json", ".json.gz")
@@ -62,8 +62,7 @@ def run_analyze(options: AnalyzeOptions) -> AnalyzeResult:
     files: list[str] = []
     try:
         files = trace_files(options.paths)
-        primary = parse_trace(files[0])  # whole: every rule reads it; the other ranks only as summaries
-        ranks = rank_traces(primary, files[1:]) if len(files) > 1 else []
+        primary, ranks = parse_ranks(files)  # the first whole: every rule reads it; the other ranks as summaries
     except TraceFormatError as broken:
         target = TargetInfo(model_file=str(broken).split(":")[0], mode="recorded")
         report = assemble_report(Evidence(target=target), rules, run_rules=False,

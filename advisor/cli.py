@@ -11,6 +11,7 @@ import click
 from advisor import __version__
 from advisor.analyze import AnalyzeOptions, run_analyze
 from advisor.engine import SettingError, load_rules
+from advisor.gc_pause import gc_paused
 from advisor.report.terminal import print_problems, print_summary
 from advisor.report.write import FORMATS, write_reports
 from advisor.rule import SHARE_LEVELS, Severity
@@ -197,20 +198,29 @@ def analyze(paths, out_dir, formats, rule_dirs, settings, disabled, fail_on, deb
     chosen = _formats(formats)
     options = AnalyzeOptions(paths=tuple(paths), out_dir=out_dir, rule_dirs=tuple(rule_dirs),
                              settings=tuple(settings), disabled=tuple(disabled))
+    # One pass over a large acyclic trace: the cyclic collector would only walk it again and again.
+    # It is back on once the trace is freed (when _analyze returns), so it never walks it at all.
+    with gc_paused():
+        code = _analyze(options, paths[0], out_dir, chosen, fail_on, debug)
+    sys.exit(code)
+
+
+def _analyze(options: AnalyzeOptions, first_path: str, out_dir: str, chosen: tuple[str, ...], fail_on: str,
+             debug: bool) -> int:
     try:
         result = run_analyze(options)
     except SettingError as bad:
         _fail(str(bad), debug)
     except Exception as unexpected:  # noqa: BLE001
-        _fail(f"{paths[0]}: internal error in advisor: {type(unexpected).__name__}: {unexpected}", debug)
+        _fail(f"{first_path}: internal error in advisor: {type(unexpected).__name__}: {unexpected}", debug)
     for error in result.report.errors:
         click.echo(f"advisor: {error.message}", err=True)
     if result.report.errors:
-        sys.exit(EXIT_FAILED)
+        return EXIT_FAILED
     written = write_reports(result.report, out_dir, result.stem, chosen)
-    print_problems(result.report, paths[0], debug)
+    print_problems(result.report, first_path, debug)
     print_summary(result.report, written)
-    sys.exit(result.report.exit_code(fail_on))
+    return result.report.exit_code(fail_on)
 
 
 @cli.command()

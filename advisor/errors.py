@@ -7,7 +7,7 @@ import os
 import traceback
 from types import TracebackType
 
-from pydantic import BaseModel
+from advisor.records import Record
 
 _LIBRARY_DIRS = tuple(
     os.path.dirname(p) + os.sep
@@ -15,7 +15,7 @@ _LIBRARY_DIRS = tuple(
 ) + ("<",)
 
 
-class StageError(BaseModel):
+class StageError(Record):
     """What went wrong in one stage, in the user's terms; goes into the report."""
 
     stage: str

@@ -9,10 +9,9 @@ from __future__ import annotations
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from advisor.kineto import Trace
 from advisor.rank_traces import RankTrace
+from advisor.records import Field, Record
 
 if TYPE_CHECKING:
     import networkx as nx
@@ -21,7 +20,7 @@ if TYPE_CHECKING:
 
 SHARE_NOISE_FLOOR = 0.1  # a share measured over a few profiled steps moves at least this much (relative)
 
-class TargetInfo(BaseModel):
+class TargetInfo(Record):
     model_file: str
     model_class: str = ""
     mode: str = "inference"
@@ -42,7 +41,7 @@ class TargetInfo(BaseModel):
     optimizer_param_tensors: int = Field(default=0, description="parameter tensors the optimizer updates")
 
 
-class Environment(BaseModel):
+class Environment(Record):
     python: str = ""
     platform: str = ""
     torch_version: str = ""
@@ -74,7 +73,7 @@ class Environment(BaseModel):
     matmul_gflops: float | None = Field(default=None, description="measured fp32 matmul speed (512x512x512)")
 
 
-class Timing(BaseModel):
+class Timing(Record):
     timer: str = Field(description="cuda-event or perf_counter")
     warmup_steps: int
     samples_ms: list[float]
@@ -93,7 +92,7 @@ class Timing(BaseModel):
         return len(self.samples_ms)
 
 
-class GraphNode(BaseModel):
+class GraphNode(Record):
     id: str
     graph: int
     op: str
@@ -115,7 +114,7 @@ class GraphNode(BaseModel):
                                                     "'upper-triangular' (a causal mask) when its values are")
 
 
-class GraphBreak(BaseModel):
+class GraphBreak(Record):
     reason: str
     file: str = ""
     line: int = 0
@@ -123,10 +122,8 @@ class GraphBreak(BaseModel):
     count: int = Field(default=1, description="times Dynamo broke here (once per traced frame)")
 
 
-class GraphCapture(BaseModel):
+class GraphCapture(Record):
     """The model's forward as TorchDynamo saw it; nodes of all captured graphs."""
-
-    model_config = ConfigDict(ignored_types=(cached_property,))
 
     method: str = Field(default="dynamo", description="'dynamo' (the whole forward) or 'dynamo-submodules'")
     graph_count: int = 0
@@ -152,7 +149,7 @@ class GraphCapture(BaseModel):
         return [n for n in self.nodes if n.op in ("call_function", "call_method", "call_module")]
 
 
-class FlopCount(BaseModel):
+class FlopCount(Record):
     """FLOPs of one whole step (forward, and backward in training), by operator."""
 
     total: int = 0
@@ -162,7 +159,7 @@ class FlopCount(BaseModel):
     note: str = Field(default="", description="why the whole step could not be counted, when it could not")
 
 
-class DataLoaderInfo(BaseModel):
+class DataLoaderInfo(Record):
     loader_class: str = ""
     batch_size: int | None = None
     num_workers: int = 0
@@ -184,7 +181,7 @@ class DataLoaderInfo(BaseModel):
     source_line: int = 0
 
 
-class CallSite(BaseModel):
+class CallSite(Record):
     """A call of a watched API (torch.save, empty_cache, zero_grad, debug tools) from user code."""
 
     api: str
@@ -200,7 +197,7 @@ class CallSite(BaseModel):
     arguments: dict[str, str] = Field(default_factory=dict, description="selected arguments, as text")
 
 
-class RoutingGroup(BaseModel):
+class RoutingGroup(Record):
     """Sibling modules of one structure fed different token counts: experts behind a router."""
 
     path: str = Field(description="the container, e.g. layers.3.moe.experts")
@@ -214,7 +211,7 @@ class RoutingGroup(BaseModel):
     router: str = Field(default="", description="the layer seen routing tokens to the group, when one was")
 
 
-class DDPInfo(BaseModel):
+class DDPInfo(Record):
     """A DistributedDataParallel model as one rank of ``advisor run -- torchrun`` saw it."""
 
     file: str = Field(default="", description="where the script built the DDP model")
@@ -238,7 +235,7 @@ class DDPInfo(BaseModel):
     backward_compute_ms: float | None = None
 
 
-class RankSummary(BaseModel):
+class RankSummary(Record):
     """One rank of a multi-rank run: where its step time went."""
 
     rank: int
@@ -249,10 +246,10 @@ class RankSummary(BaseModel):
     steps: int = 0
 
 
-class Evidence(BaseModel):
+class Evidence(Record):
     """Everything capture learned about one target."""
 
-    model_config = ConfigDict(arbitrary_types_allowed=True)
+    __pydantic_config__ = {"arbitrary_types_allowed": True}  # the trace and the ranks, read by pydantic as they are
 
     target: TargetInfo
     env: Environment | None = None

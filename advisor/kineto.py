@@ -12,7 +12,7 @@ from __future__ import annotations
 import bisect
 import operator
 import os
-from typing import Any, Iterable
+from typing import Any
 
 from advisor.gc_pause import gc_paused
 from advisor.sources import is_library_path
@@ -43,19 +43,27 @@ LOADER_RANGE = "enumerate(DataLoader)#"
 _NO_ARGS: dict = {}
 
 
-def parse_trace(path: str) -> Trace:
-    """Parse a Kineto trace into a Trace (see trace_model), with the cyclic GC paused (gc_pause)."""
+def parse_trace(path: str, only_ops: tuple[str, ...] | None = None) -> Trace:
+    """Parse a Kineto trace into a Trace (see trace_model), with the cyclic GC paused (gc_pause).
+
+    With ``only_ops``, only the CPU ops whose names start with one of these prefixes are built
+    (and Python frames are skipped): a rank's summary reads its collective calls alone, and a
+    trace's ops are most of what parsing builds. Such a trace's ops are not whole.
+    """
     if not os.path.exists(path):
         raise TraceFormatError(f"{path}: no such file")
     with gc_paused():
-        return _parse(path)
+        return _parse(path, only_ops)
 
 
-def _parse(path: str) -> Trace:
+def _parse(path: str, only_ops: tuple[str, ...] | None = None) -> Trace:
     stream = EventStream(path)
     trace = Trace(path=path)
-    host_events: list[tuple[int, float, float, str, str, dict]] = []
+    # (tid, ts, -dur, cat, name, args of an op that records its inputs, else None)
+    host_events: list[tuple[int, float, float, str, str, dict | None]] = []
     add_host, add_kernel, add_runtime = host_events.append, trace.kernels.append, trace.runtime.append
+    names: dict[str, str] = {}  # one string per distinct name: a trace repeats a few hundred names
+    shared = names.setdefault
     for event in stream.events():
         if event.get("ph") != "X":
             continue
@@ -72,40 +80,52 @@ def _parse(path: str) -> Trace:
             except (TypeError, ValueError):
                 dur = 0.0
         cat = event.get("cat") or ""
-        name = event.get("name") or ""
-        if cat in HOST_CATEGORIES:
-            if name.startswith(STEP_PREFIX):
-                trace.steps.append(Span(name, ts, dur))
-            elif name.startswith(OPTIMIZER_STEP_PREFIX):
-                trace.optimizer_steps.append(Span(name, ts, dur))
-            elif name == ANNOTATED_MARKER:
-                trace.source_annotated = True
-            elif cat == "user_annotation" and name.startswith(HOST_COLLECTIVE_PREFIXES):
-                trace.host_collectives.append(DeviceEvent(cat, name, ts, dur, tid=_tid(event)))
-            else:
-                add_host((_tid(event), ts, -dur, cat, name, event.get("args") or _NO_ARGS))
+        tid = event.get("tid", 0)
+        if tid.__class__ is not int:
+            tid = _tid(tid)
+        if cat == "cpu_op" or cat == "user_annotation" or cat == "python_function":
+            name = event.get("name") or ""
+            name = shared(name, name)
+            if name.startswith(_SPECIAL_HOST_NAMES):
+                if name.startswith(STEP_PREFIX):
+                    trace.steps.append(Span(name, ts, dur))
+                    continue
+                if name.startswith(OPTIMIZER_STEP_PREFIX):
+                    trace.optimizer_steps.append(Span(name, ts, dur))
+                    continue
+                if name == ANNOTATED_MARKER:
+                    trace.source_annotated = True
+                    continue
+                if cat == "user_annotation" and name.startswith(HOST_COLLECTIVE_PREFIXES):
+                    trace.host_collectives.append(DeviceEvent(cat, name, ts, dur, tid=tid))
+                    continue
+            if only_ops is not None and (cat == "python_function" or cat == "cpu_op" and not name.startswith(only_ops)):
+                continue
+            args = event.get("args") if cat == "cpu_op" else None
+            add_host((tid, ts, -dur, cat, name, args if args and "Input Dims" in args else None))
         elif cat == "cuda_runtime" or cat == "cuda_driver":  # the most numerous device-side events
             correlation = (event.get("args") or _NO_ARGS).get("correlation")
-            add_runtime(DeviceEvent(cat, name, ts, dur, None,
-                                    correlation if correlation.__class__ is int else _integer(correlation),
-                                    None, _tid(event)))
+            name = event.get("name") or ""
+            add_runtime(DeviceEvent(cat, shared(name, name), ts, dur, None,
+                                    correlation if correlation.__class__ is int else _integer(correlation), None, tid))
         elif cat == "kernel":
-            add_kernel(_device_event(cat, name, ts, dur, event.get("args") or _NO_ARGS))
+            add_kernel(_device_event(cat, event.get("name") or "", ts, dur, event.get("args") or _NO_ARGS))
         elif cat == "gpu_memcpy" or cat == "gpu_memset":
-            trace.memcpy.append(_device_event(cat, name, ts, dur, event.get("args") or _NO_ARGS))
+            trace.memcpy.append(_device_event(cat, event.get("name") or "", ts, dur, event.get("args") or _NO_ARGS))
     trace.device_properties = list(stream.members.get("deviceProperties") or [])
     trace.distributed_info = dict(stream.members.get("distributedInfo") or {})
     trace.repaired_lines = stream.repaired_lines
     trace.steps.sort(key=lambda s: s.ts)
     _nest_host_events(trace, host_events)
-    _assign_steps(trace)
+    _assign_device_steps(trace)
     return trace
 
 
-def _tid(event: dict) -> int:
-    tid = event.get("tid", 0)
-    if tid.__class__ is int:
-        return tid
+# host names handled apart from ops; one startswith() tells the common case from them
+_SPECIAL_HOST_NAMES = (STEP_PREFIX, OPTIMIZER_STEP_PREFIX, ANNOTATED_MARKER, *HOST_COLLECTIVE_PREFIXES)
+
+
+def _tid(tid: Any) -> int:
     try:
         return int(tid)
     except (TypeError, ValueError):
@@ -126,82 +146,84 @@ def _device_event(cat: str, name: str, ts: float, dur: float, args: dict) -> Dev
     return event
 
 
-def _nest_host_events(trace: Trace, host_events: list[tuple[int, float, float, str, str, dict]]) -> None:
-    """Walk each thread's events in time order with a stack: parents, self times, sources.
+def _nest_host_events(trace: Trace, host_events: list[tuple[int, float, float, str, str, dict | None]]) -> None:
+    """Walk each thread's events in time order with a stack: parents, self times, sources, steps.
 
     Events are (tid, ts, -dur, ...): sorted by thread, start, and longest first, so a parent
     comes before the ops it encloses. That is also the order of the per-thread op index that
-    ``Trace.enclosing_op`` searches, which is built here on the way.
+    ``Trace.enclosing_op`` searches, which is built here on the way. Each stack entry carries
+    what an op inside it inherits (its depth and parent, the innermost annotated call, the
+    innermost user frame, whether a DataLoader is producing a batch), so an op reads only the
+    top entry. Each thread's events meet the (sorted) steps in time order too: a step cursor
+    gives each op and call its step.
     """
     host_events.sort(key=_HOST_ORDER)
-    stack: list[tuple[float, str, Any]] = []  # (end, kind, payload)
+    # (end, ops enclosing, innermost enclosing op, innermost call, innermost user frame, loading)
+    stack: list[tuple[float, int, int | None, int | None, SourceRef | None, bool]] = []
+    outside = (0.0, 0, None, None, None, False)
     current_tid = None
     by_tid: dict[int, tuple[list[float], list[Op]]] = {}
     starts: list[float] = []
     thread_ops: list[Op] = []
-    for tid, ts, negative_dur, cat, name, args in host_events:
-        dur = -negative_dur
+    ops, calls = trace.ops, trace.calls
+    call_sources: list[SourceRef] = []  # one per call, shared by the ops it ran
+    step_starts = [step.ts for step in trace.steps]
+    step_ends = [step.end for step in trace.steps]
+    last_step = len(step_starts) - 1
+    step = -1  # the last step starting at or before the event (-1: none yet)
+    for tid, ts, negative_dur, cat, name, inputs in host_events:
         if tid != current_tid:
             stack.clear()
             current_tid = tid
             starts, thread_ops = by_tid.setdefault(tid, ([], []))
-        end = ts + dur
+            step = -1
+        while step < last_step and step_starts[step + 1] <= ts:
+            step += 1
         while stack and stack[-1][0] <= ts:
             stack.pop()
+        _, depth, parent, call, frame, loading = stack[-1] if stack else outside
+        end = ts - negative_dur
         if cat == "cpu_op":
-            op = _make_op(name, ts, dur, tid, args)
-            op.index = len(trace.ops)
-            _attach_to_context(trace, op, stack)
-            trace.ops.append(op)
+            index = len(ops)
+            op = Op(name, ts, -negative_dur, tid, -negative_dur, step if step >= 0 and ts <= step_ends[step] else None,
+                    depth, parent, index)
+            if parent is not None:
+                ops[parent].self_dur += negative_dur
+            if call is not None:
+                op.call = call
+                op.src = call_sources[call]
+                calls[call].ops.append(index)
+            elif frame is not None:
+                op.src = frame
+            if loading:
+                op.loading = True
+            if inputs is not None:
+                op.input_dims = inputs["Input Dims"] or ()
+                op.input_types = inputs.get("Input type") or ()
+                op.input_strides = inputs.get("Input Strides") or ()
+                op.concrete_inputs = inputs.get("Concrete Inputs") or ()
+            ops.append(op)
             starts.append(ts)
             thread_ops.append(op)
-            stack.append((end, "op", len(trace.ops) - 1))
-        elif cat == "user_annotation" and name.startswith(SOURCE_ANNOTATION):
-            call = _parse_source_annotation(name, ts, dur, tid)
-            if call is not None:
-                trace.calls.append(call)
-                stack.append((end, "call", len(trace.calls) - 1))
-        elif cat == "user_annotation" and name.startswith(LOADER_RANGE):
-            stack.append((end, "loading", None))
+            stack.append((end, depth + 1, index, call, frame, loading))
+        elif cat == "user_annotation":
+            if name.startswith(SOURCE_ANNOTATION):
+                source_call = _parse_source_annotation(name, ts, -negative_dur, tid)
+                if source_call is not None:
+                    source_call.step = step if step >= 0 and ts <= step_ends[step] else None
+                    calls.append(source_call)
+                    call_sources.append(SourceRef(source_call.file, source_call.line, source_call.api, exact=True))
+                    stack.append((end, depth, parent, len(calls) - 1, frame, loading))
+            elif name.startswith(LOADER_RANGE):
+                stack.append((end, depth, parent, call, frame, True))
         elif cat == "python_function":
-            frame = _user_frame(name)
-            if frame is not None:
-                stack.append((end, "frame", frame))
+            user_frame = _user_frame(name)
+            if user_frame is not None:
+                stack.append((end, depth, parent, call, user_frame, loading))
     trace._by_tid = by_tid
 
 
 _HOST_ORDER = operator.itemgetter(0, 1, 2)
-
-
-def _make_op(name: str, ts: float, dur: float, tid: int, args: dict) -> Op:
-    op = Op(name, ts, dur, tid, dur)
-    if "Input Dims" in args:
-        op.input_dims = args["Input Dims"] or ()
-        op.input_types = args.get("Input type") or ()
-        op.input_strides = args.get("Input Strides") or ()
-        op.concrete_inputs = args.get("Concrete Inputs") or ()
-    return op
-
-
-def _attach_to_context(trace: Trace, op: Op, stack: list[tuple[float, str, Any]]) -> None:
-    parent_op = None
-    for _, kind, payload in reversed(stack):
-        if kind == "op":
-            if parent_op is None:
-                parent_op = trace.ops[payload]
-                op.parent = payload
-            op.depth += 1
-        elif kind == "call" and op.call is None:
-            op.call = payload
-            call = trace.calls[payload]
-            op.src = SourceRef(call.file, call.line, call.api, exact=True)
-            call.ops.append(len(trace.ops))
-        elif kind == "frame" and op.src is None and op.call is None:
-            op.src = payload
-        elif kind == "loading":
-            op.loading = True
-    if parent_op is not None:
-        parent_op.self_dur -= op.dur
 
 
 def _parse_source_annotation(name: str, ts: float, dur: float, tid: int) -> SourceCall | None:
@@ -224,25 +246,20 @@ def _user_frame(name: str) -> SourceRef | None:
     return SourceRef(file=file, line=int(line), api=function, exact=False)
 
 
-def _assign_steps(trace: Trace) -> None:
+def _assign_device_steps(trace: Trace) -> None:
+    """Runtime calls get the step they ran in; GPU activity the step that launched it."""
     if not trace.steps:
         return
     starts = [s.ts for s in trace.steps]
-
-    def step_of(ts: float) -> int | None:
-        index = bisect.bisect_right(starts, ts) - 1
-        if index >= 0 and ts <= trace.steps[index].end:
-            return index
-        return None
-
-    for item in _all_host_timed(trace):
-        item.step = step_of(item.ts)
+    ends = [s.end for s in trace.steps]
+    find = bisect.bisect_right
+    for call in trace.runtime:
+        index = find(starts, call.ts) - 1
+        call.step = index if index >= 0 and call.ts <= ends[index] else None
     launch_step = {r.correlation: r.step for r in trace.runtime if r.correlation is not None}
     for event in (*trace.kernels, *trace.memcpy):
-        event.step = launch_step.get(event.correlation, step_of(event.ts))
-
-
-def _all_host_timed(trace: Trace) -> Iterable[Op | SourceCall | DeviceEvent]:
-    yield from trace.ops
-    yield from trace.calls
-    yield from trace.runtime
+        if event.correlation in launch_step:
+            event.step = launch_step[event.correlation]
+        else:
+            index = find(starts, event.ts) - 1
+            event.step = index if index >= 0 and event.ts <= ends[index] else None

@@ -64,10 +64,13 @@ def low_precision(op: Op) -> bool:
     return bool(op.input_types) and op.input_types[0] in LOW_PRECISION_TYPES
 
 
+COLLECTIVE_CALL_PREFIX = "c10d::"
+
+
 @functools.lru_cache(maxsize=4096)  # a trace repeats a few hundred kernel names thousands of times
 def is_collective_call(op_name: str) -> bool:
     """A collective as the dispatcher runs it on the host (``c10d::allreduce_``), whatever the backend."""
-    return op_name.startswith("c10d::") and any(word in op_name for word in COLLECTIVE_CALLS)
+    return op_name.startswith(COLLECTIVE_CALL_PREFIX) and any(word in op_name for word in COLLECTIVE_CALLS)
 
 
 COLLECTIVE_CALLS = ("allreduce", "allgather", "reduce_scatter", "broadcast", "alltoall", "_reduce_", "gather", "scatter")

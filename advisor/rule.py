@@ -24,7 +24,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Literal
 
-from pydantic import BaseModel, Field
+from advisor.records import Field, Record
 
 
 class Layer(str, enum.Enum):
@@ -84,7 +84,7 @@ def capped_by_share(severity: Severity, share: float | None) -> Severity:
 SNIPPET_CONTEXT = 2  # source lines shown above and below a location
 
 
-class Location(BaseModel):
+class Location(Record):
     """A place in the user's source: file, line and the text of that line."""
 
     file: str
@@ -113,7 +113,7 @@ class Location(BaseModel):
         return cls(file=file, line=line, code=fields.pop("code", "") or code, snippet=snippet, **fields)
 
 
-class Fix(BaseModel):
+class Fix(Record):
     summary: str
     before: str = ""
     after: str = ""
@@ -124,7 +124,7 @@ VerificationStatus = Literal[
     "verified", "no-gain", "slower", "numerics-failed", "fix-failed", "not-verifiable-here", "skipped"]
 
 
-class Verification(BaseModel):
+class Verification(Record):
     """What measuring a finding's fix on a copy of the target showed."""
 
     status: VerificationStatus
@@ -146,7 +146,7 @@ class Verification(BaseModel):
         return self.status in ("slower", "numerics-failed", "fix-failed")
 
 
-class Margin(BaseModel):
+class Margin(Record):
     """The measured value a rule held against its threshold, and how much that value moves run to run.
 
     A finding whose value lies within its noise of the threshold is borderline: another run of the
@@ -163,7 +163,7 @@ class Margin(BaseModel):
         return abs(self.value - self.threshold) <= self.noise
 
 
-class Finding(BaseModel):
+class Finding(Record):
     """One item of the checklist. Rules set what they saw; the engine sets who saw it."""
 
     id: str = Field(default="", description="stable within and across runs: the rule's code and where it points")

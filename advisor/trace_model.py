@@ -64,7 +64,7 @@ class DeviceEvent:
     step: int | None = None
     tid: int | None = None  # host thread, for runtime calls
     bytes: int = 0  # copies and memsets
-    args: dict = field(default_factory=dict)  # kept only for collectives (their NCCL metadata)
+    args: dict | None = None  # kept only for collectives (their NCCL metadata)
 
 
 @dataclass(slots=True)
@@ -101,6 +101,8 @@ class Trace:
     _launches: dict[int, DeviceEvent] | None = field(default=None, repr=False, compare=False)
     _activity_starts: list[float] = field(default_factory=list, repr=False, compare=False)
     _longest_activity: float = field(default=0.0, repr=False, compare=False)
+    # (len(ops) when made, step_ops(), top_ops()): copies are handed out, so a caller may change its list
+    _step_ops: tuple[int, list[Op], list[Op]] | None = field(default=None, repr=False, compare=False)
 
     @property
     def has_gpu(self) -> bool:
@@ -173,9 +175,13 @@ class Trace:
         """Ops inside a profiled step (all ops when the trace has no step markers), less those a
         DataLoader ran to produce a batch: loading is the data's share, judged apart (a loop's
         step, under advisor run, spans its next batch)."""
-        if not self.steps:
-            return [o for o in self.ops if not o.loading]
-        return [o for o in self.ops if o.step is not None and not o.loading]
+        if self._step_ops is None or self._step_ops[0] != len(self.ops):  # read by most rules: made once
+            if not self.steps:
+                found = [o for o in self.ops if not o.loading]
+            else:
+                found = [o for o in self.ops if o.step is not None and not o.loading]
+            self._step_ops = (len(self.ops), found, [o for o in found if o.depth == 0])
+        return list(self._step_ops[1])
 
     def enclosing_op(self, tid: int | None, ts: float) -> Op | None:
         """The innermost CPU op on thread ``tid`` running at ``ts`` (e.g. around a CUDA API call).
@@ -239,5 +245,6 @@ class Trace:
 
     def top_ops(self) -> list[Op]:
         """The ops the framework was asked for, not the ops they dispatch to internally."""
-        return [o for o in self.step_ops() if o.depth == 0]
+        self.step_ops()
+        return list(self._step_ops[2])
 

@@ -9,7 +9,10 @@ one of the pool's workers, each of which holds one trace at a time). With HTA in
 ``--hta-python``), its TraceAnalysis over the same folder is timed too, with the analyses
 bench/trace_speed.py asks of it (idle time breakdown, kernel launch statistics).
 
-    python bench/ranks_scale.py [--ranks 2,8,32] [--hta-python VENV/bin/python]
+Each tool is best installed into a venv of its own, as bench/trace_speed.py explains
+(``--advisor-python``).
+
+    python bench/ranks_scale.py [--ranks 2,8,32] [--hta-python VENV/bin/python] [--advisor-python VENV/bin/python]
 """
 
 from __future__ import annotations
@@ -56,14 +59,16 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--ranks", default="2,8,32")
     parser.add_argument("--hta-python", default=sys.executable, help="the interpreter HTA is installed for")
+    parser.add_argument("--advisor-python", default=sys.executable, help="the interpreter advisor is installed for")
     args = parser.parse_args()
-    compile_sources()  # as an installed package has it
+    if args.advisor_python == sys.executable:
+        compile_sources()  # as an installed package has it
     has_hta = subprocess.run([args.hta_python, "-c", "import hta"], capture_output=True).returncode == 0
     print(f"{'ranks':>6} {'advisor s':>10} {'advisor MB':>11}" + (f" {'HTA s':>8} {'HTA MB':>8}" if has_hta else ""))
     for count in (int(n) for n in args.ranks.split(",")):
         with tempfile.TemporaryDirectory() as folder, tempfile.TemporaryDirectory() as out:
             make_ranks(folder, count)
-            wall, peak = measured([sys.executable, "-m", "advisor", "analyze", folder, "--out", out, "--format", "json"])
+            wall, peak = measured([args.advisor_python, "-m", "advisor", "analyze", folder, "--out", out, "--format", "json"])
             line = f"{count:>6} {wall:>10.2f} {peak:>11.0f}"
             if has_hta:
                 hta_wall, hta_peak = measured([args.hta_python, "-c", HTA, folder])

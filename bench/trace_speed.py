@@ -6,12 +6,19 @@ per trace: advisor parses the trace and runs every rule; HTA loads it and comput
 time breakdown and kernel launch statistics (the closest analyses to advisor's gpu-idle and
 kernel-storm). Memory is the peak resident set growth over the process after its imports
 (Linux: the peak is reset after the imports through /proc/self/clear_refs, then read as VmHWM).
-advisor's bytecode is written first, as an installed package has it (HTA's is, by pip).
+Like for like, each tool is best installed the way a user has it, into a venv of its own, and
+given here by ``--advisor-python`` and ``--hta-python``: a development interpreter adds its own
+start-up (a .pth file importing certifi, advisor's editable-install finder: 40 ms here). Without
+``--advisor-python``, this interpreter's advisor runs, its bytecode written first as an installed
+package has it (HTA's is, by pip). An advisor venv without torch (``advisor analyze`` never
+imports it): ``python -m venv V && V/bin/pip install --no-deps . && V/bin/pip install networkx
+jinja2 click pydantic``.
 A synthetic trace of about a million events is made by repeating the steps of a real one.
 Each tool runs ``--repeats`` times per trace, alternating with the other, and the median run
 is reported (this machine is shared and noisy; single runs of the small traces varied 20%).
 
     python bench/trace_speed.py [--events 1000000] [--repeats 5] [--hta-python VENV/bin/python]
+                                [--advisor-python VENV/bin/python]
 """
 
 from __future__ import annotations
@@ -48,7 +55,6 @@ def peak_mb(base):
 
 ADVISOR = PEAK + """
 import json, sys, time
-sys.path.insert(0, {root!r})
 from advisor.analyze import evidence_from_traces
 from advisor.engine import load_rules, run_rules
 from advisor.kineto import parse_trace
@@ -131,8 +137,10 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5, help="runs per tool and trace (3 at most for the synthetic)")
     parser.add_argument("--hta-python", default=sys.executable,
                         help="the interpreter HTA is installed for (e.g. a venv of its own: its pandas/jupyter stack)")
+    parser.add_argument("--advisor-python", default=sys.executable, help="the interpreter advisor is installed for")
     args = parser.parse_args()
-    compile_sources()
+    if args.advisor_python == sys.executable:
+        compile_sources()
     rows, wholes = [], []
     with tempfile.TemporaryDirectory() as scratch:
         cases = []
@@ -152,9 +160,9 @@ def main() -> None:
             repeats = min(args.repeats, 3) if name.startswith("synthetic") else args.repeats
             ours_runs, theirs_runs, ours_whole, theirs_whole = [], [], [], []
             for _ in range(max(1, repeats)):
-                ours_runs.append(run(ADVISOR.format(root=ROOT, path=path)))
+                ours_runs.append(run(ADVISOR.format(path=path), args.advisor_python))
                 theirs_runs.append(run(HTA.format(folder=folder), args.hta_python))
-                ours_whole.append(measured([sys.executable, "-m", "advisor", "analyze", path, "--format", "json",
+                ours_whole.append(measured([args.advisor_python, "-m", "advisor", "analyze", path, "--format", "json",
                                             "--out", os.path.join(scratch, "out")]))
                 theirs_whole.append(measured([args.hta_python, "-c", HTA.format(folder=folder)]))
             rows.append((name, _median_run(ours_runs), _median_run(theirs_runs)))

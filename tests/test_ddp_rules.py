@@ -9,7 +9,7 @@ from evidence_fixtures import DDP_DIR, saved_evidence
 from advisor.engine import load_rules, run_rules
 from advisor.evidence import DDPInfo, Evidence, RankSummary, TargetInfo
 from advisor.kineto import parse_trace
-from advisor.rank_traces import RankTrace, host_gaps
+from advisor.rank_traces import RankTrace, host_gaps, summarize_file
 from advisor.timing import summarize
 from conftest import write_model
 
@@ -118,3 +118,12 @@ def test_the_straggler_is_pinned_to_the_lines_only_it_spends_time_in(tmp_path):
     wrapped = RankTrace(path="r1", host_gaps={**fast.host_gaps, (script, 45, 41): 20_700.0})
     assert _slow_place(wrapped, [fast], late_us=9000).line == 45  # after line 45, before the next iteration's 41
     assert _slow_place(slow, [RankTrace(path="r0")], late_us=9000) is None  # a trace advisor did not annotate
+
+
+def test_a_rank_summary_built_from_the_collective_calls_alone_is_the_whole_traces_summary():
+    path = str(DDP_DIR / "ddp_train.trace.json.gz")  # a gloo rank: its collectives are c10d:: calls, not kernels
+    whole = parse_trace(path)
+    summary = RankTrace.of(whole)
+    assert summary.collective_offsets and summary.host_gaps  # not a comparison of empty summaries
+    assert summarize_file(path) == summary
+    assert len(parse_trace(path, only_ops=("c10d::",)).ops) < len(whole.ops) / 10

@@ -140,3 +140,16 @@ def test_analyze_reads_a_trace_with_quoted_names_and_reports_no_error(tmp_path):
     path.write_text(_kineto_text(events))
     result = run_analyze(AnalyzeOptions(paths=(str(path),), out_dir=str(tmp_path / "out")))
     assert result.report.errors == [] and result.report.trace.note.startswith("95 event name(s)")  # 1, 3, ... 189
+
+
+@pytest.mark.parametrize("compress", [False, True])
+def test_an_error_far_into_a_large_trace_names_its_line_after_repairs(tmp_path, compress):
+    """Text already decoded is dropped from memory; the error's line still counts every line before it."""
+    events = [{"ph": "X", "cat": "cpu_op", "name": 'say "hi"' if i % 300 == 0 else "aten::mm", "ts": i, "dur": 0.5,
+               "tid": 1, "args": {"External id": i, "note": "x" * 1000}} for i in range(4000)]
+    text = _kineto_text(events)  # about 4 MB: several of the reader's 1 MB chunks
+    broken_line = text.count("\n", 0, text.index('"ts": 3900,')) + 1
+    text = text.replace('"ts": 3900,', '"ts": 3900 oops,', 1)
+    path = _write(tmp_path / ("t.json.gz" if compress else "t.json"), text.encode(), compress=compress)
+    with pytest.raises(TraceFormatError, match=f"not valid JSON at line {broken_line}, column 16 "):
+        parse_trace(path)

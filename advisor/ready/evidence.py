@@ -2,26 +2,25 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
-
 from advisor.ready.model import LatencyRow
+from advisor.records import Field, Record
 from advisor.rule import Location
 
 
-class Blocker(BaseModel):
+class Blocker(Record):
     """One reason something failed, at the user's line when it has one."""
 
     message: str
     location: Location | None = None
 
 
-class TrainingModule(BaseModel):
+class TrainingModule(Record):
     path: str = Field(description="the submodule's name in the model")
     kind: str = Field(description="its class: Dropout, BatchNorm2d, ...")
     location: Location | None = None
 
 
-class ModesEvidence(BaseModel):
+class ModesEvidence(Record):
     training_modules: list[TrainingModule] = Field(default_factory=list)
     inference_mode_error: Blocker | None = None
     grad_outputs: bool = Field(default=False, description="outputs require grad under torch.no_grad(): the forward turns grad on")
@@ -29,28 +28,28 @@ class ModesEvidence(BaseModel):
     inference_ms: float | None = Field(default=None, description="median call under torch.inference_mode()")
 
 
-class ExportEvidence(BaseModel):
+class ExportEvidence(Record):
     non_strict: bool = False
     strict: bool = False
     blockers: list[Blocker] = Field(default_factory=list)
     error: str = Field(default="", description="the first failure, in one line")
 
 
-class CompileEvidence(BaseModel):
+class CompileEvidence(Record):
     fullgraph: bool = False
     graphs: int = 0
     breaks: list[Blocker] = Field(default_factory=list)
     error: str = ""
 
 
-class Recompile(BaseModel):
+class Recompile(Record):
     batch_size: int
     reason: str
     from_user_code: bool
     location: Location | None = None
 
 
-class RecompileEvidence(BaseModel):
+class RecompileEvidence(Record):
     batch_sizes: list[int] = Field(default_factory=list)
     graphs: int = 0
     recompiles: list[Recompile] = Field(default_factory=list)
@@ -58,7 +57,7 @@ class RecompileEvidence(BaseModel):
     compile_s: float | None = Field(default=None, description="first call of the compiled model")
 
 
-class DeterminismEvidence(BaseModel):
+class DeterminismEvidence(Record):
     equal: bool = True
     max_abs_diff: float = 0.0
     max_rel_diff: float = 0.0
@@ -67,12 +66,12 @@ class DeterminismEvidence(BaseModel):
     nondeterministic_ops: list[Blocker] = Field(default_factory=list)
 
 
-class ColdStartEvidence(BaseModel):
+class ColdStartEvidence(Record):
     first_call_ms: float
     warm_ms: float
 
 
-class PrecisionEvidence(BaseModel):
+class PrecisionEvidence(Record):
     dtype: str
     max_abs_error: float | None = None
     max_rel_error: float | None = None
@@ -83,12 +82,12 @@ class PrecisionEvidence(BaseModel):
     error: Blocker | None = None
 
 
-class MemoryBudget(BaseModel):
+class MemoryBudget(Record):
     available_mb: float | None = None
     what: str = Field(default="", description="what the figure is: the GPU's total memory, the host's available memory")
 
 
-class ReadyEvidence(BaseModel):
+class ReadyEvidence(Record):
     batch_sizes: list[int] = Field(default_factory=list)
     modes: ModesEvidence | None = None
     export: ExportEvidence | None = None

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
-
+from advisor.records import Field, Record
 from advisor.rule import Location
 
 CheckStatus = Literal["pass", "warn", "fail", "skipped"]
@@ -17,13 +16,13 @@ CHECK_IDS = ("eval-mode", "inference-mode", "export", "compile", "recompiles", "
              "memory", "cold-start", "reduced-precision")
 
 
-class Percentile(BaseModel):
+class Percentile(Record):
     ms: float
     ci_low: float
     ci_high: float
 
 
-class LatencyRow(BaseModel):
+class LatencyRow(Record):
     batch_size: int
     p50_ms: float | None = None
     p90_ms: float | None = None
@@ -40,7 +39,7 @@ class LatencyRow(BaseModel):
     p99_estimate: bool = Field(default=False, description="too few samples for p99 to be more than an estimate")
 
 
-class ReadyCheck(BaseModel):
+class ReadyCheck(Record):
     id: str
     status: CheckStatus
     message: str
@@ -50,7 +49,7 @@ class ReadyCheck(BaseModel):
                                                         "run may decide otherwise (advisor diff does not call it a change)")
 
 
-class Readiness(BaseModel):
+class Readiness(Record):
     checks: list[ReadyCheck] = Field(default_factory=list)
     latency: list[LatencyRow] = Field(default_factory=list)
     recommended_batch_size: int | None = None

@@ -1,4 +1,4 @@
-"""The Report: everything an audit concluded, as one pydantic model (the JSON schema).
+"""The Report: everything an audit concluded, as one record (its fields are the JSON schema).
 
 Rendering reads only this; it never computes. ``schema_version`` changes when a field's
 meaning changes; added optional fields keep it.
@@ -9,24 +9,23 @@ from __future__ import annotations
 import os
 from datetime import datetime, timezone
 
-from pydantic import BaseModel, Field
-
 from advisor.errors import StageError
 from advisor.evidence import DataLoaderInfo, Environment, FlopCount, GraphBreak, RankSummary, TargetInfo, Timing
 from advisor.ready.model import Readiness
+from advisor.records import Field, Record
 from advisor.rule import Finding, Layer, Verification
 
 SCHEMA_VERSION = "1.0"
 
 
-class OpShare(BaseModel):
+class OpShare(Record):
     name: str
     self_ms_per_step: float
     share: float = Field(description="share of the profiled step's CPU op self time")
     calls_per_step: float
 
 
-class TraceSummary(BaseModel):
+class TraceSummary(Record):
     file: str = Field(description="the exported Kineto trace, next to the report")
     steps_profiled: int
     step_ms_profiled: float = Field(description="mean profiled step, profiler overhead included")
@@ -43,14 +42,14 @@ class TraceSummary(BaseModel):
     timeline_ms: float = 0.0
 
 
-class TimelineBar(BaseModel):
+class TimelineBar(Record):
     name: str
     category: str
     start: float = Field(description="offset from the step's start, as a share of the step")
     width: float = Field(description="duration as a share of the step")
 
 
-class Performance(BaseModel):
+class Performance(Record):
     steps_per_s: float | None = None
     samples_per_s: float | None = None
     achieved_tflops: float | None = None
@@ -60,7 +59,7 @@ class Performance(BaseModel):
     flops_note: str = Field(default="", description="how the step's FLOPs were counted, when not directly")
 
 
-class GraphSummary(BaseModel):
+class GraphSummary(Record):
     method: str
     graph_count: int
     node_count: int
@@ -70,31 +69,31 @@ class GraphSummary(BaseModel):
     top_targets: dict[str, int] = Field(default_factory=dict)
 
 
-class StageRecord(BaseModel):
+class StageRecord(Record):
     stage: str
     status: str
     seconds: float = 0.0
     note: str = ""
 
 
-class RuleProblemRecord(BaseModel):
+class RuleProblemRecord(Record):
     source: str
     message: str
 
 
-class ModelOutput(BaseModel):
+class ModelOutput(Record):
     stdout: str = ""
     stderr: str = ""
 
 
-class VerificationSettings(BaseModel):
+class VerificationSettings(Record):
     enabled: bool = True
     budget_s: float = 120.0
     note: str = ""
     combined: Verification | None = Field(default=None, description="all verified fixes applied together")
 
 
-class Report(BaseModel):
+class Report(Record):
     schema_version: str = SCHEMA_VERSION
     advisor_version: str = ""
     created: str = Field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from collections import Counter, defaultdict
 
 from advisor.evidence import Evidence, GraphCapture
-from advisor.kineto import SYNC_RUNTIME_CALLS, Trace
+from advisor.kineto import SYNC_RUNTIME_CALLS, Op, Trace
 from advisor.opsets import LAYOUT_COPY_OPS, MATMUL_OPS
 from advisor.report.model import GraphSummary, OpShare, Performance, TimelineBar, TraceSummary
 
@@ -35,13 +36,14 @@ def summarize_trace(trace: Trace) -> TraceSummary:
     top = sorted(self_us.items(), key=lambda item: item[1], reverse=True)[:TOP_OPS]
     kernels = [k for k in trace.kernels if k.step is not None] if trace.steps else trace.kernels
     memcpy = [m for m in trace.memcpy if m.step is not None] if trace.steps else trace.memcpy
-    categories, timeline, timeline_ms = _categories(trace), *_timeline(trace)
+    top_ops = trace.top_ops()
+    categories, timeline, timeline_ms = _categories(top_ops), *_timeline(trace, top_ops)
     return TraceSummary(
         categories=categories, timeline=timeline, timeline_ms=timeline_ms,
         file=os.path.basename(trace.path),
         steps_profiled=len(trace.steps),
         step_ms_profiled=trace.mean_step_us() / 1000.0,
-        ops_per_step=len(trace.top_ops()) / steps,
+        ops_per_step=len(top_ops) / steps,
         all_ops_per_step=len(ops) / steps,
         kernels_per_step=len(kernels) / steps,
         memcpy_per_step=len(memcpy) / steps,
@@ -70,6 +72,7 @@ def summarize_graph(graph: GraphCapture) -> GraphSummary:
     )
 
 
+@functools.lru_cache(maxsize=4096)  # a trace repeats a few hundred op names thousands of times
 def op_category(name: str) -> str:
     if name in MATMUL_OPS:
         return "matmul / conv"
@@ -82,19 +85,19 @@ def op_category(name: str) -> str:
     return "elementwise / other"
 
 
-def _categories(trace: Trace) -> dict[str, float]:
+def _categories(top_ops: list[Op]) -> dict[str, float]:
     totals: dict[str, float] = defaultdict(float)
-    for op in trace.top_ops():
+    for op in top_ops:
         totals[op_category(op.name)] += op.dur
     whole = sum(totals.values()) or 1.0
     return {k: round(v / whole, 4) for k, v in sorted(totals.items(), key=lambda item: -item[1])}
 
 
-def _timeline(trace: Trace) -> tuple[list[TimelineBar], float]:
+def _timeline(trace: Trace, top_ops: list[Op]) -> tuple[list[TimelineBar], float]:
     if not trace.steps:
         return [], 0.0
     step = trace.steps[0]
-    ops = sorted((o for o in trace.top_ops() if o.step == 0), key=lambda o: -o.dur)[:TIMELINE_BARS]
+    ops = sorted((o for o in top_ops if o.step == 0), key=lambda o: -o.dur)[:TIMELINE_BARS]
     bars = [TimelineBar(name=o.name, category=op_category(o.name), start=round((o.ts - step.ts) / step.dur, 5),
                         width=round(o.dur / step.dur, 5)) for o in sorted(ops, key=lambda o: o.ts)]
     return bars, step.dur / 1000.0

@@ -7,13 +7,12 @@ declared reason; the rest go to the measuring stage in order of their share of t
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
-
 from advisor.engine import RuleSet
+from advisor.records import Field, Record
 from advisor.rule import Finding, Verification
 
 
-class MeasuredFixes(BaseModel):
+class MeasuredFixes(Record):
     """Verification results by finding id, and all verified fixes measured together."""
 
     results: dict[str, Verification] = Field(default_factory=dict)
