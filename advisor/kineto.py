@@ -64,6 +64,7 @@ def _parse(path: str, only_ops: tuple[str, ...] | None = None) -> Trace:
     add_host, add_kernel, add_runtime = host_events.append, trace.kernels.append, trace.runtime.append
     names: dict[str, str] = {}  # one string per distinct name: a trace repeats a few hundred names
     shared = names.setdefault
+    shared_tid = {}.setdefault  # and one int per thread id (28 bytes an event otherwise)
     for event in stream.events():
         if event.get("ph") != "X":
             continue
@@ -81,8 +82,7 @@ def _parse(path: str, only_ops: tuple[str, ...] | None = None) -> Trace:
                 dur = 0.0
         cat = event.get("cat") or ""
         tid = event.get("tid", 0)
-        if tid.__class__ is not int:
-            tid = _tid(tid)
+        tid = shared_tid(tid, tid) if tid.__class__ is int else _tid(tid)
         if cat == "cpu_op" or cat == "user_annotation" or cat == "python_function":
             name = event.get("name") or ""
             name = shared(name, name)
@@ -151,7 +151,7 @@ def _nest_host_events(trace: Trace, host_events: list[tuple[int, float, float, s
 
     Events are (tid, ts, -dur, ...): sorted by thread, start, and longest first, so a parent
     comes before the ops it encloses. That is also the order of the per-thread op index that
-    ``Trace.enclosing_op`` searches, which is built here on the way. Each stack entry carries
+    ``Trace.enclosing_op`` searches, which is built here on the way (as is ``Trace.children``'s). Each stack entry carries
     what an op inside it inherits (its depth and parent, the innermost annotated call, the
     innermost user frame, whether a DataLoader is producing a batch), so an op reads only the
     top entry. Each thread's events meet the (sorted) steps in time order too: a step cursor
@@ -167,6 +167,7 @@ def _nest_host_events(trace: Trace, host_events: list[tuple[int, float, float, s
     thread_ops: list[Op] = []
     ops, calls = trace.ops, trace.calls
     call_sources: list[SourceRef] = []  # one per call, shared by the ops it ran
+    children: dict[int, list[int]] = {}  # Trace.children's index, made here rather than by a second pass
     step_starts = [step.ts for step in trace.steps]
     step_ends = [step.end for step in trace.steps]
     last_step = len(step_starts) - 1
@@ -189,6 +190,10 @@ def _nest_host_events(trace: Trace, host_events: list[tuple[int, float, float, s
                     depth, parent, index)
             if parent is not None:
                 ops[parent].self_dur += negative_dur
+                if parent in children:
+                    children[parent].append(index)
+                else:
+                    children[parent] = [index]
             if call is not None:
                 op.call = call
                 op.src = call_sources[call]
@@ -221,6 +226,7 @@ def _nest_host_events(trace: Trace, host_events: list[tuple[int, float, float, s
             if user_frame is not None:
                 stack.append((end, depth, parent, call, user_frame, loading))
     trace._by_tid = by_tid
+    trace._children = children
 
 
 _HOST_ORDER = operator.itemgetter(0, 1, 2)

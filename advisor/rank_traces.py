@@ -94,7 +94,10 @@ def parse_ranks(files: list[str], workers: int | None = None) -> tuple[Trace, li
         return primary, [RankTrace.of(primary), *map(summarize_file, others)] if others else []
     from concurrent.futures import ProcessPoolExecutor  # 13 ms of imports a single trace does not need
 
-    with ProcessPoolExecutor(max_workers=workers) as pool:
+    pool = ProcessPoolExecutor(max_workers=workers)
+    try:
         summaries = pool.map(summarize_file, others)
         primary = parse_trace(files[0])
         return primary, [RankTrace.of(primary), *summaries]
+    finally:  # a broken trace ends the run: the ranks not yet started are not parsed for nothing
+        pool.shutdown(wait=True, cancel_futures=True)

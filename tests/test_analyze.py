@@ -86,6 +86,16 @@ def test_cli_names_a_broken_trace_and_exits_2(tmp_path):
     assert completed.returncode == 2 and f"{broken}:" in completed.stderr and "Traceback" not in completed.stderr
 
 
+@pytest.mark.parametrize("broken_rank", [0, 2])
+def test_a_broken_rank_in_a_folder_is_named_whether_this_process_or_a_worker_parsed_it(tmp_path, broken_rank):
+    source = shared_trace("critical_path/cuda_event_sync/event_sync_trace.json.gz").read_bytes()
+    for rank in range(4):
+        (tmp_path / f"rank-{rank}.json.gz").write_bytes(source[:-30] if rank == broken_rank else source)
+    result = run_analyze(AnalyzeOptions(paths=(str(tmp_path),), out_dir=str(tmp_path / "out")))
+    [error] = result.report.errors
+    assert f"rank-{broken_rank}.json.gz: the gzip stream is truncated" in error.message and result.evidence is None
+
+
 def test_truncated_plain_json_is_named_truncated(tmp_path):
     path = tmp_path / "t.json"
     path.write_text('{"traceEvents": [{"ph": "X", "name": "a", "ts": 1, "dur": 2}, {"ph": "X", "na')
