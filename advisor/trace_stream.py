@@ -7,6 +7,8 @@ import json
 import re
 from typing import Any, Iterator
 
+from advisor.read_ahead import ReadAhead
+
 
 class TraceFormatError(ValueError):
     """The file is not a readable Kineto trace; the message names the file and the problem."""
@@ -65,14 +67,13 @@ class EventStream:
         self._repairs: list[tuple[int, int]] = []
         self._no_batch_before = 0  # a stream position: the events before it are decoded one by one (see _batch)
         self.repaired_lines = 0  # names with unescaped quotes, repaired (see repair_member_line)
-        opener = gzip.open if _is_gzip(path) else open
-        self._handle = opener(path, "rt", encoding="utf-8")
+        self._handle = ReadAhead(path, self.CHUNK, gzipped=_is_gzip(path))
 
     def _fill(self) -> bool:
         if self._eof:
             return False
         try:
-            chunk = self._handle.read(self.CHUNK)
+            chunk = self._handle.read()
         except (EOFError, gzip.BadGzipFile, OSError) as broken:
             raise TraceFormatError(f"{self.path}: the gzip stream is truncated or corrupt ({broken})") from None
         except UnicodeDecodeError:
@@ -160,6 +161,14 @@ class EventStream:
 
     def events(self) -> Iterator[dict]:
         """Yield the trace events; the other members are in ``members`` once this is exhausted."""
+        for batch in self.batches():
+            for event in batch:
+                if event.__class__ is dict:
+                    yield event
+
+    def batches(self) -> Iterator[list]:
+        """The trace events in lists as they were decoded together (elements that are not objects
+        included: skip them); a reader that loops over each list itself saves a generator step per event."""
         try:
             first = self._peek()
             if first == "[":  # a bare array of events
@@ -216,18 +225,18 @@ class EventStream:
             return []
         self._pos = match.start() + 1
         self._expect(",")
-        return [e for e in events if isinstance(e, dict)]
+        return events
 
-    def _array(self) -> Iterator[dict]:
+    def _array(self) -> Iterator[list]:
         self._expect("[")
         if self._peek() == "]":
             self._pos += 1
             return
         while True:
-            yield from self._batch()
-            value = self._value()
-            if isinstance(value, dict):
-                yield value
+            batch = self._batch()
+            if batch:
+                yield batch
+            yield [self._value()]
             if self._expect(",]") == "]":
                 return
             if self._pos > self.CHUNK:  # drop what has been decoded

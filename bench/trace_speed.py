@@ -83,7 +83,8 @@ print(json.dumps({{"seconds": seconds, "peak_mb": peak_mb(base)}}))
 
 
 def run(code: str, python: str = sys.executable) -> dict:
-    completed = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=3600)
+    with tempfile.TemporaryDirectory() as scratch:  # not this checkout's folder: its advisor would shadow the installed one
+        completed = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=3600, cwd=scratch)
     lines = [line for line in completed.stdout.splitlines() if line.startswith("{")]
     if completed.returncode != 0 or not lines:
         return {"error": (completed.stderr.strip().splitlines() or ["failed"])[-1]}

@@ -11,7 +11,7 @@ import compileall
 import os
 import subprocess
 import sys
-import time
+import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -24,10 +24,21 @@ def compile_sources() -> None:
 
 
 def measured(command: list[str]) -> tuple[float, float]:
-    """(wall seconds, peak RSS in MB of the largest process) of ``command``."""
-    wrapper = ("import resource, subprocess, sys\n"
-               f"subprocess.run({command!r}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"
-               "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n")
-    began = time.perf_counter()
-    done = subprocess.run([sys.executable, "-c", wrapper], capture_output=True, text=True, check=False)
-    return time.perf_counter() - began, int(done.stdout.strip() or 0) / 1024
+    """(wall seconds, peak RSS in MB of the largest process) of ``command``, run from a scratch folder
+    (from a checkout, ``python -m advisor`` would import the checkout rather than the installed advisor).
+
+    Raises RuntimeError when the command fails (exit status 2 or more: 1 is advisor's findings gate).
+    """
+    # the clock runs in the wrapper, around the command alone: the wrapper's own start-up is not the command's
+    wrapper = ("import resource, subprocess, sys, time\n"
+               "began = time.perf_counter()\n"
+               f"done = subprocess.run({command!r}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)\n"
+               "seconds = time.perf_counter() - began\n"
+               "print(seconds, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, done.returncode)\n"
+               "sys.stderr.write(done.stderr[-2000:])\n")
+    with tempfile.TemporaryDirectory() as scratch:
+        done = subprocess.run([sys.executable, "-c", wrapper], capture_output=True, text=True, check=False, cwd=scratch)
+    seconds, peak_kb, status = done.stdout.split()
+    if int(status) not in (0, 1):
+        raise RuntimeError(f"{' '.join(command)} failed ({status}): {done.stderr.strip()}")
+    return float(seconds), int(peak_kb) / 1024
