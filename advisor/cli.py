@@ -202,6 +202,8 @@ def analyze(paths, out_dir, formats, rule_dirs, settings, disabled, fail_on, deb
     # It is back on once the trace is freed (when _analyze returns), so it never walks it at all.
     with gc_paused():
         code = _analyze(options, paths[0], out_dir, chosen, fail_on, debug)
+    global _exit_at_once
+    _exit_at_once = True
     sys.exit(code)
 
 
@@ -280,4 +282,17 @@ def explain(ruleset, slug: str) -> None:
 
 
 def main() -> None:
-    cli(prog_name="advisor")
+    try:
+        cli(prog_name="advisor")
+    except SystemExit as done:
+        if _exit_at_once:
+            # Tearing the interpreter down frees every object one by one and collects once more: 15 ms
+            # of a 260 ms analyze, with nothing left to clean up (its files are written and closed, its
+            # pool shut down). As mypy does, the command's process ends here, its output flushed.
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(done.code if isinstance(done.code, int) else 1)
+        raise
+
+
+_exit_at_once = False  # set by a command that leaves nothing to clean up (analyze); only main() reads it

@@ -67,25 +67,28 @@ def _parse(path: str, only_ops: tuple[str, ...] | None = None) -> Trace:
     shared_tid = {}.setdefault  # and one int per thread id (28 bytes an event otherwise)
     for batch in stream.batches():  # looping over each decoded batch here saves a generator step per event
         for event in batch:
-            if event.__class__ is not dict or event.get("ph") != "X":
+            if event.__class__ is not dict:
                 continue
-            ts = event.get("ts")
+            get = event.get
+            if get("ph") != "X":
+                continue
+            ts = get("ts")
             if ts.__class__ is not float and ts.__class__ is not int:  # the common cases, checked cheaply
                 try:
                     ts = float(ts)
                 except (TypeError, ValueError):
                     continue
-            dur = event.get("dur") or 0.0
+            dur = get("dur") or 0.0
             if dur.__class__ is not float and dur.__class__ is not int:
                 try:
                     dur = float(dur)
                 except (TypeError, ValueError):
                     dur = 0.0
-            cat = event.get("cat") or ""
-            tid = event.get("tid", 0)
+            cat = get("cat") or ""
+            tid = get("tid", 0)
             tid = shared_tid(tid, tid) if tid.__class__ is int else _tid(tid)
             if cat == "cpu_op" or cat == "user_annotation" or cat == "python_function":
-                name = event.get("name") or ""
+                name = get("name") or ""
                 name = shared(name, name)
                 if name.startswith(_SPECIAL_HOST_NAMES):
                     if name.startswith(STEP_PREFIX):
@@ -102,17 +105,17 @@ def _parse(path: str, only_ops: tuple[str, ...] | None = None) -> Trace:
                         continue
                 if only_ops is not None and (cat == "python_function" or cat == "cpu_op" and not name.startswith(only_ops)):
                     continue
-                args = event.get("args") if cat == "cpu_op" else None
+                args = get("args") if cat == "cpu_op" else None
                 add_host((tid, ts, -dur, cat, name, args if args and "Input Dims" in args else None))
             elif cat == "cuda_runtime" or cat == "cuda_driver":  # the most numerous device-side events
-                correlation = (event.get("args") or _NO_ARGS).get("correlation")
-                name = event.get("name") or ""
+                correlation = (get("args") or _NO_ARGS).get("correlation")
+                name = get("name") or ""
                 add_runtime(DeviceEvent(cat, shared(name, name), ts, dur, None,
                                         correlation if correlation.__class__ is int else _integer(correlation), None, tid))
             elif cat == "kernel":
-                add_kernel(_device_event(cat, event.get("name") or "", ts, dur, event.get("args") or _NO_ARGS))
+                add_kernel(_device_event(cat, get("name") or "", ts, dur, get("args") or _NO_ARGS))
             elif cat == "gpu_memcpy" or cat == "gpu_memset":
-                trace.memcpy.append(_device_event(cat, event.get("name") or "", ts, dur, event.get("args") or _NO_ARGS))
+                trace.memcpy.append(_device_event(cat, get("name") or "", ts, dur, get("args") or _NO_ARGS))
     trace.device_properties = list(stream.members.get("deviceProperties") or [])
     trace.distributed_info = dict(stream.members.get("distributedInfo") or {})
     trace.repaired_lines = stream.repaired_lines

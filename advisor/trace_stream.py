@@ -2,21 +2,16 @@
 
 from __future__ import annotations
 
-import gzip
 import json
 import re
+import zlib
 from typing import Any, Iterator
 
-from advisor.read_ahead import ReadAhead
+from advisor.text_chunks import TextChunks
 
 
 class TraceFormatError(ValueError):
     """The file is not a readable Kineto trace; the message names the file and the problem."""
-
-
-def _is_gzip(path: str) -> bool:
-    with open(path, "rb") as handle:
-        return handle.read(2) == b"\x1f\x8b"
 
 
 _EVENT_BOUNDARY = re.compile(r"\}\s*,\s*(?=\{)")
@@ -25,6 +20,10 @@ _EVENT_BOUNDARY = re.compile(r"\}\s*,\s*(?=\{)")
 # object (inside a string the quotes are escaped), and flow objects hold no braces; a cut that went
 # wrong leaves invalid JSON, and the batch is then decoded event by event from the original text.
 _FLOW_EVENT = re.compile(r'\{\s*"ph"\s*:\s*"[sft]"[^{}]*\}\s*,\s*')
+# The same cut in Kineto's own layout: a literal start is found faster (30% less time over a trace).
+# Removing flows only saves decoding them; a file laid out otherwise gets the general pattern.
+_KINETO_FLOW_EVENT = re.compile(r'\{\n    "ph": "[sft]"[^{}]*\},\n  ')
+_ANY_FLOW = re.compile(r'"ph"\s*:\s*"[sft]"')
 
 
 # torch.profiler writes names verbatim: a record_function label or a module class holding a double
@@ -43,6 +42,19 @@ def repair_member_line(line: str) -> str | None:
     return match.group("head") + _BARE_QUOTE.sub(r'\\"', match.group("text")) + match.group("tail")
 
 
+def _last_event_boundary(text: str, start: int) -> re.Match | None:
+    """The last "},{" between events after ``start``: found from the end, a brace at a time."""
+    end = len(text)
+    while True:
+        brace = text.rfind("}", start + 1, end)
+        if brace < 0:
+            return None
+        match = _EVENT_BOUNDARY.match(text, brace)
+        if match is not None:
+            return match
+        end = brace
+
+
 class EventStream:
     """Decode a Kineto JSON document one trace event at a time.
 
@@ -51,7 +63,7 @@ class EventStream:
     held as one list of dicts. Errors name the file and what is wrong with it.
     """
 
-    CHUNK = 1 << 20
+    CHUNK = 1 << 19  # decoded text held at once: a larger chunk is no faster and holds more events
 
     def __init__(self, path: str):
         self.path = path
@@ -67,14 +79,14 @@ class EventStream:
         self._repairs: list[tuple[int, int]] = []
         self._no_batch_before = 0  # a stream position: the events before it are decoded one by one (see _batch)
         self.repaired_lines = 0  # names with unescaped quotes, repaired (see repair_member_line)
-        self._handle = ReadAhead(path, self.CHUNK, gzipped=_is_gzip(path))
+        self._handle = TextChunks(path)
 
     def _fill(self) -> bool:
         if self._eof:
             return False
         try:
-            chunk = self._handle.read()
-        except (EOFError, gzip.BadGzipFile, OSError) as broken:
+            chunk = self._handle.read(self.CHUNK)
+        except (EOFError, OSError, zlib.error) as broken:
             raise TraceFormatError(f"{self.path}: the gzip stream is truncated or corrupt ({broken})") from None
         except UnicodeDecodeError:
             raise TraceFormatError(f"{self.path}: not a text JSON file") from None
@@ -115,8 +127,7 @@ class EventStream:
         """Newlines in the text dropped from the buffer, read again from the file's start."""
         left = self._dropped - sum(added for at, added in self._repairs if at < self._dropped)
         count = 0
-        opener = gzip.open if _is_gzip(self.path) else open
-        with opener(self.path, "rt", encoding="utf-8") as handle:
+        with TextChunks(self.path) as handle:
             while left > 0:
                 chunk = handle.read(min(left, self.CHUNK))
                 if not chunk:
@@ -212,12 +223,12 @@ class EventStream:
             self._peek()
             if not self._eof and len(self._buffer) - self._pos < self.CHUNK // 4:
                 self._fill()
-        match = None
-        for match in _EVENT_BOUNDARY.finditer(self._buffer, max(self._pos, len(self._buffer) - 65536)):  # noqa: B007 - the last one
-            pass
-        if match is None or match.start() <= self._pos:
+        match = _last_event_boundary(self._buffer, self._pos)
+        if match is None:
             return []
-        text = _FLOW_EVENT.sub("", self._buffer[self._pos:match.start() + 1])
+        text, cut = _KINETO_FLOW_EVENT.subn("", self._buffer[self._pos:match.start() + 1])
+        if not cut and _ANY_FLOW.search(text):  # flow events laid out otherwise
+            text = _FLOW_EVENT.sub("", text)
         try:
             events = json.loads("[" + text + "]")
         except json.JSONDecodeError:
@@ -236,6 +247,8 @@ class EventStream:
             batch = self._batch()
             if batch:
                 yield batch
+                if not self._eof:  # what is left is an event the chunk's end cut: read on before decoding it
+                    self._fill()
             yield [self._value()]
             if self._expect(",]") == "]":
                 return
