@@ -113,7 +113,8 @@ def _parse(path: str, only_ops: tuple[str, ...] | None = None) -> Trace:
                 add_runtime(DeviceEvent(cat, shared(name, name), ts, dur, None,
                                         correlation if correlation.__class__ is int else _integer(correlation), None, tid))
             elif cat == "kernel":
-                add_kernel(_device_event(cat, get("name") or "", ts, dur, get("args") or _NO_ARGS))
+                name = get("name") or ""
+                add_kernel(_device_event(cat, shared(name, name), ts, dur, get("args") or _NO_ARGS))
             elif cat == "gpu_memcpy" or cat == "gpu_memset":
                 trace.memcpy.append(_device_event(cat, get("name") or "", ts, dur, get("args") or _NO_ARGS))
     trace.device_properties = list(stream.members.get("deviceProperties") or [])
@@ -141,7 +142,9 @@ def _integer(value: Any) -> int | None:
 
 
 def _device_event(cat: str, name: str, ts: float, dur: float, args: dict) -> DeviceEvent:
-    event = DeviceEvent(cat, name, ts, dur, _integer(args.get("stream")), _integer(args.get("correlation")))
+    stream, correlation = args.get("stream"), args.get("correlation")
+    event = DeviceEvent(cat, name, ts, dur, stream if stream.__class__ is int else _integer(stream),
+                        correlation if correlation.__class__ is int else _integer(correlation))
     size = args.get("bytes")
     if isinstance(size, (int, float)):
         event.bytes = int(size)

@@ -67,7 +67,7 @@ def low_precision(op: Op) -> bool:
 COLLECTIVE_CALL_PREFIX = "c10d::"
 
 
-@functools.lru_cache(maxsize=4096)  # a trace repeats a few hundred kernel names thousands of times
+@functools.lru_cache(maxsize=4096)  # a trace repeats a few hundred op names thousands of times
 def is_collective_call(op_name: str) -> bool:
     """A collective as the dispatcher runs it on the host (``c10d::allreduce_``), whatever the backend."""
     return op_name.startswith(COLLECTIVE_CALL_PREFIX) and any(word in op_name for word in COLLECTIVE_CALLS)
@@ -76,6 +76,7 @@ def is_collective_call(op_name: str) -> bool:
 COLLECTIVE_CALLS = ("allreduce", "allgather", "reduce_scatter", "broadcast", "alltoall", "_reduce_", "gather", "scatter")
 
 
+@functools.lru_cache(maxsize=4096)  # kernel names are long and few: lowering each every time cost more
 def is_collective(kernel_name: str) -> bool:
     lowered = kernel_name.lower()
     return any(marker in lowered for marker in COLLECTIVE_MARKERS)
