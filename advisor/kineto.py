@@ -87,7 +87,7 @@ def _parse(path: str, only_ops: tuple[str, ...] | None = None) -> Trace:
             cat = get("cat") or ""
             tid = get("tid", 0)
             tid = shared_tid(tid, tid) if tid.__class__ is int else _tid(tid)
-            if cat == "cpu_op" or cat == "user_annotation" or cat == "python_function":
+            if cat in HOST_CATEGORIES:
                 name = get("name") or ""
                 name = shared(name, name)
                 if name.startswith(_SPECIAL_HOST_NAMES):

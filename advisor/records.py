@@ -5,7 +5,7 @@ there needs checking again. What crosses a file or a process (a saved report, th
 wrote, a finding sent to the verification child) is validated by pydantic as it is read
 (``model_validate``, ``model_validate_json``), through a ``TypeAdapter`` built on first use. Records
 were pydantic models once: importing pydantic and building their validators cost about 110 ms and
-20 MB on every start, a third of ``advisor analyze``'s time on a trace of 30,000 events, which reads
+20 MB on every start, a quarter of ``advisor analyze``'s time on a trace of 30,000 events, which reads
 nothing it has to validate. The method names stayed, so callers read the same.
 
 Written out (``model_dump``, ``model_dump_json``), a record is its fields as JSON: enums as their
