@@ -27,11 +27,11 @@ _CATEGORY_WORDS = (
 def summarize_trace(trace: Trace) -> TraceSummary:
     steps = trace.step_count
     ops = trace.step_ops()
-    self_us: dict[str, float] = defaultdict(float)
-    calls: Counter[str] = Counter()
+    calls = Counter(op.name for op in ops)
+    self_us = dict.fromkeys(calls, 0.0)
     for op in ops:
-        self_us[op.name] += max(op.self_dur, 0.0)
-        calls[op.name] += 1
+        if op.self_dur > 0:
+            self_us[op.name] += op.self_dur
     total = sum(self_us.values()) or 1.0
     top = sorted(self_us.items(), key=lambda item: item[1], reverse=True)[:TOP_OPS]
     kernels = [k for k in trace.kernels if k.step is not None] if trace.steps else trace.kernels
