@@ -49,20 +49,20 @@ class Record:
             raise TypeError(f"{type(self).__name__}() got unexpected keyword arguments {sorted(values)}")
 
     def __repr__(self) -> str:
-        fields = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in dataclasses.fields(self) if f.repr)
+        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name, _, _ in self._record_fields)
         return f"{type(self).__qualname__}({fields})"
 
     def __eq__(self, other: object) -> bool:
         if other.__class__ is not self.__class__:
             return NotImplemented
-        return all(getattr(self, f.name) == getattr(other, f.name) for f in dataclasses.fields(self) if f.compare)
+        return all(getattr(self, name) == getattr(other, name) for name, _, _ in self._record_fields)
 
     __hash__ = None  # equal by value and mutable, as a dataclass with eq is
 
     def model_dump(self, *, mode: str = "json", exclude: set[str] | None = None) -> dict[str, Any]:
         """The record as JSON-ready data (``mode`` is accepted for callers written for pydantic)."""
-        return {f.name: jsonable(getattr(self, f.name)) for f in dataclasses.fields(self)
-                if not exclude or f.name not in exclude}
+        return {name: jsonable(getattr(self, name)) for name, _, _ in self._record_fields
+                if not exclude or name not in exclude}
 
     def model_dump_json(self, *, indent: int | None = None, exclude: set[str] | None = None) -> str:
         separators = None if indent is not None else (",", ":")
