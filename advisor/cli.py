@@ -11,12 +11,15 @@ import click
 from advisor import __version__
 from advisor.analyze import AnalyzeOptions, run_analyze
 from advisor.engine import SettingError, load_rules
+from advisor.errors import stop_name, stop_on_signals
 from advisor.gc_pause import gc_paused
 from advisor.report.terminal import print_problems, print_summary
 from advisor.report.write import FORMATS, write_reports
 from advisor.rule import SHARE_LEVELS, Severity
 
 EXIT_FAILED = 2
+SHADOW_LIMIT_HELP = ("Most an experiment run's shadow of your files may hold, and the copies kept of what the audited "
+                     "run changes [default: a third of the scratch folder's free space].")
 
 
 def _fail(message: str, debug: bool = False) -> None:
@@ -67,10 +70,12 @@ def cli() -> None:
 @click.option("--verify/--no-verify", default=True, help="Verify fixes by measurement (when available).")
 @click.option("--budget", type=click.FloatRange(min=0), default=120, show_default=True,
               help="Seconds for fix verification.")
+@click.option("--shadow-limit", "shadow_limit", type=click.FloatRange(min=0, min_open=True), default=None, metavar="MB",
+              help=SHADOW_LIMIT_HELP)
 @click.option("--quiet", is_flag=True, help="No progress on stderr.")
 @click.option("--debug", is_flag=True, help="Show tracebacks of failures.")
 def audit(model_file, out_dir, formats, mode, device, timeout, rule_dirs, settings, disabled, fail_on, verify,
-          budget, quiet, debug) -> None:
+          budget, shadow_limit, quiet, debug) -> None:
     """Audit MODEL_FILE (defines get_model() and get_inputs()) and write its report."""
     chosen = _formats(formats)
     if not os.path.isfile(model_file):
@@ -82,7 +87,7 @@ def audit(model_file, out_dir, formats, mode, device, timeout, rule_dirs, settin
     options = AuditOptions(
         model_file=model_file, out_dir=out_dir, formats=chosen, mode=mode, device=device, timeout=timeout,
         rule_dirs=tuple(rule_dirs), settings=tuple(settings), disabled=tuple(disabled), fail_on=fail_on,
-        verify=verify, budget=budget,
+        verify=verify, budget=budget, shadow_limit_mb=shadow_limit,
     )
     stem = os.path.splitext(os.path.basename(model_file))[0]
     _audit_and_report(lambda progress: run_audit(options, progress), model_file, stem, out_dir, chosen, fail_on,
@@ -97,9 +102,17 @@ def _audit_and_report(audit_with, subject: str, stem: str, out_dir: str, formats
         result = audit_with(progress)
     except SettingError as bad:
         _fail(str(bad), debug)
+    except KeyboardInterrupt as interruption:  # where no partial report can be written (advisor run writes one)
+        _fail(f"{subject}: interrupted ({stop_name(interruption)}); every process advisor started was ended", debug)
     except Exception as unexpected:  # noqa: BLE001 - a clear line, not a traceback
         _fail(f"{subject}: internal error in advisor: {type(unexpected).__name__}: {unexpected}", debug)
-    result.written = write_reports(result.report, out_dir, stem, formats)
+    try:
+        result.written = write_reports(result.report, out_dir, stem, formats)
+    except OSError as refused:
+        print_problems(result.report, subject, debug)
+        _fail(f"{subject}: the reports could not be written to {os.path.abspath(out_dir)}: "
+              f"{refused.strerror or refused} (a script that removed its own working folder removes the reports' "
+              "folder too; pass --out elsewhere)", debug)
     print_problems(result.report, subject, debug)
     print_summary(result.report, result.written)
     sys.exit(result.exit_code(fail_on))
@@ -119,11 +132,13 @@ def _audit_and_report(audit_with, subject: str, stem: str, out_dir: str, formats
 @click.option("--step-marker", default="", metavar="QUALNAME",
               help="A function whose every return ends a step (train_step, or module:Class.method).")
 @click.option("--timeout", type=click.FloatRange(min=1), default=300, show_default=True,
-              help="Seconds the script may run before it is stopped.")
+              help="Seconds the script may run before it is stopped (between two steps).")
+@click.option("--shadow-limit", "shadow_limit", type=click.FloatRange(min=0, min_open=True), default=None, metavar="MB",
+              help=SHADOW_LIMIT_HELP)
 @click.option("--quiet", is_flag=True, help="No progress on stderr.")
 @click.option("--debug", is_flag=True, help="Show tracebacks of failures.")
 def run(command, out_dir, formats, rule_dirs, settings, disabled, fail_on, warmup_steps, steps, full, show_output,
-        step_marker, verify, budget, timeout, quiet, debug) -> None:
+        step_marker, verify, budget, timeout, shadow_limit, quiet, debug) -> None:
     """Audit an unmodified script: advisor run [OPTIONS] -- python train.py --its --args"""
     from advisor.run.audit import RunOptions, run_script
 
@@ -131,7 +146,7 @@ def run(command, out_dir, formats, rule_dirs, settings, disabled, fail_on, warmu
     options = RunOptions(command=tuple(command), out_dir=out_dir, formats=chosen, warmup_steps=warmup_steps,
                          steps=steps, full=full, timeout=timeout, rule_dirs=tuple(rule_dirs),
                          settings=tuple(settings), disabled=tuple(disabled), fail_on=fail_on, show_output=show_output,
-                         step_marker=step_marker, verify=verify, budget=budget)
+                         step_marker=step_marker, verify=verify, budget=budget, shadow_limit_mb=shadow_limit)
     script = options.script
     if script.endswith(".py") and not os.path.isfile(script):
         _fail(f"{script}: no such file; advisor run runs the command after --, e.g. advisor run -- python train.py")
@@ -282,6 +297,7 @@ def explain(ruleset, slug: str) -> None:
 
 
 def main() -> None:
+    stop_on_signals()
     try:
         cli(prog_name="advisor")
     except SystemExit as done:

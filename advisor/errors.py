@@ -31,6 +31,29 @@ class StageError(Record):
         return f"{model_file}: the {self.stage} stage failed{where}: {self.message}"
 
 
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM or SIGHUP to advisor, handled as Ctrl-C is: the stop is passed on, the partial report written."""
+
+    def __init__(self, signal_name: str):
+        super().__init__(signal_name)
+        self.signal_name = signal_name
+
+
+def stop_name(interruption: BaseException) -> str:
+    return getattr(interruption, "signal_name", "Ctrl-C")
+
+
+def stop_on_signals() -> None:
+    """From now on SIGTERM and SIGHUP raise ``Interrupted`` in the main thread, as Ctrl-C raises
+    KeyboardInterrupt (``timeout 20 advisor run ...`` must end the job, not orphan it)."""
+    import signal
+
+    def interrupted(signum, frame):
+        raise Interrupted(signal.Signals(signum).name)
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, interrupted)
+
+
 class AuditError(Exception):
     """Raised inside advisor when a stage cannot go on; carries the StageError to report."""
 

@@ -22,6 +22,7 @@ from advisor.evidence import (
     TargetInfo,
     Timing,
 )
+from advisor.files.session import FileSession
 from advisor.kineto import TraceFormatError, parse_trace
 from advisor.report.model import ModelOutput, Report, StageRecord, VerificationSettings
 from advisor.rule import Finding, Verification
@@ -47,6 +48,7 @@ class AuditOptions:
     fail_on: str = "high"
     verify: bool = True
     budget: float = 120.0
+    shadow_limit_mb: float | None = None  # the capture's journal and each verification child's shadow
 
 
 @dataclass
@@ -77,18 +79,30 @@ def run_audit(options: AuditOptions, progress: Callable[[str], None] = lambda te
         "trace_path": trace_path,
         "fetch_deadline_s": min(60.0, options.timeout / 2),  # a hung loader: the data stage times out on it
     }
-    run = run_capture(spec, options.timeout, progress)
-    evidence, errors = build_evidence(run, options.model_file)
-    report = assemble_report(
-        evidence, rules, errors=errors, stages=stage_records(run), output=ModelOutput(stdout=run.stdout, stderr=run.stderr),
-        verification=VerificationSettings(enabled=options.verify, budget_s=options.budget),
-        run_rules=run.outcomes["load"].status == "ok",
-    )
-    verify_findings(report, rules, errors, lambda findings: _measure_in_child(findings, spec, options, progress))
+    files = FileSession.start(options.shadow_limit_mb)
+    try:
+        # the capture runs the user's code as a run of theirs would: its writes are real (and journaled)
+        run = run_capture(spec, options.timeout, progress, environment=files.journal_environment(),
+                          scratch_in=files.folder)
+        evidence, errors = build_evidence(run, options.model_file)
+        report = assemble_report(
+            evidence, rules, errors=errors, stages=stage_records(run),
+            output=ModelOutput(stdout=run.stdout, stderr=run.stderr),
+            verification=VerificationSettings(enabled=options.verify, budget_s=options.budget),
+            run_rules=run.outcomes["load"].status == "ok",
+        )
+        files.remember()
+        refusal = files.refusal()
+        verify_findings(report, rules, errors,
+                        lambda findings: refusal or _measure_in_child(findings, spec, options, progress, files))
+        report.files = files.record("the capture ran its stages to their end")
+    finally:
+        files.close()
     return AuditResult(report=report, evidence=evidence)
 
 
-def _measure_in_child(findings: list[Finding], spec: dict, options: AuditOptions, progress) -> MeasuredFixes | str:
+def _measure_in_child(findings: list[Finding], spec: dict, options: AuditOptions, progress,
+                      files: FileSession) -> MeasuredFixes | str:
     """Measure each fix in a fresh supervised child (the user's code runs there, never here), then
     the verified ones together in another. One process per fix, as the step itself was timed in a
     fresh one: a process's memory allocator adapts to what ran before (manual_attention's baseline
@@ -105,7 +119,7 @@ def _measure_in_child(findings: list[Finding], spec: dict, options: AuditOptions
             measured.results[finding.id] = Verification(
                 status="skipped", device=spec.get("device", ""), note=f"verification budget spent (--budget {options.budget:g} s)")
             continue
-        outcome = _child(spec, [finding], share, options, progress, together=False)
+        outcome = _child(spec, [finding], share, options, progress, files, together=False)
         if isinstance(outcome, str):
             measured.results[finding.id] = Verification(status="fix-failed", note=outcome)
             continue
@@ -114,7 +128,7 @@ def _measure_in_child(findings: list[Finding], spec: dict, options: AuditOptions
             verified.append(finding)
     left = options.budget - (time.monotonic() - started)
     if len(verified) > 1 and left >= MIN_CHILD_BUDGET_S:
-        outcome = _child(spec, verified, left, options, progress, together=True)
+        outcome = _child(spec, verified, left, options, progress, files, together=True)
         measured.combined = outcome.combined if not isinstance(outcome, str) else None
     elif len(verified) == 1:
         measured.combined = measured.results[verified[0].id]
@@ -122,11 +136,22 @@ def _measure_in_child(findings: list[Finding], spec: dict, options: AuditOptions
 
 
 def _child(spec: dict, findings: list[Finding], budget_s: float, options: AuditOptions, progress,
-           together: bool) -> MeasuredFixes | str:
+           files: FileSession, together: bool) -> MeasuredFixes | str:
+    """One verification child: an experiment, so its writes go to a shadow of the user's files."""
     verify_spec = {**spec, "verify": [f.model_dump(mode="json") for f in findings], "budget_s": budget_s,
                    "rule_dirs": list(options.rule_dirs), "together": together}
     timeout = max(options.timeout, budget_s + VERIFY_MARGIN_S)
-    outcome = run_capture(verify_spec, timeout, lambda text: progress(f"fixes: {text}"), stages=VERIFY_STAGES)
+    environment, arm = files.shadow_environment()
+    began = time.monotonic()
+    try:
+        outcome = run_capture(verify_spec, timeout, lambda text: progress(f"fixes: {text}"), stages=VERIFY_STAGES,
+                              environment=environment, scratch_in=arm)
+        full = files.full(arm)
+    finally:
+        label = "all verified fixes" if together else "fix of " + findings[0].slug
+        files.finish_run(arm, label, time.monotonic() - began, None, "")
+    if full is not None:
+        return full
     text = outcome.result("verify")
     if text is None:
         failure = next(iter(outcome.errors), None)

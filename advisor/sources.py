@@ -23,6 +23,7 @@ def _torch_dir() -> str:
 
 TORCH_DIR = _torch_dir()
 ADVISOR_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+ROUTING_DIR = os.path.join(ADVISOR_DIR, "files") + os.sep  # the file layer passes the user's own calls on
 STDLIB_DIR = os.path.dirname(os.__file__) + os.sep
 
 # Text that marks a path as PyTorch's, Python's or advisor's own when it was recorded elsewhere
@@ -57,6 +58,9 @@ def user_frame_of(frame: Any) -> tuple[str, int] | None:
     """
     while frame is not None:
         filename = frame.f_code.co_filename
+        if filename.startswith(ROUTING_DIR):
+            frame = frame.f_back
+            continue
         if filename.startswith(ADVISOR_DIR):
             return None
         if not is_library_path(filename):

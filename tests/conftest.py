@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import textwrap
 from pathlib import Path
@@ -59,6 +60,33 @@ def sample_audit(tmp_path_factory):
     return run
 
 
+def file_states(root) -> dict[str, tuple]:
+    """Every entry under ``root`` (the root too): its bytes' digest, modification time and inode, so that even a
+    write of the same bytes shows."""
+    found = {".": (os.stat(root).st_mtime_ns,)}
+    for folder, dirs, names in os.walk(root):
+        for name in dirs + names:
+            path = os.path.join(folder, name)
+            state = os.lstat(path)
+            digest = ""
+            if os.path.isfile(path) and not os.path.islink(path):
+                with open(path, "rb") as handle:
+                    digest = hashlib.sha1(handle.read()).hexdigest()
+            found[os.path.relpath(path, root)] = (digest, state.st_mtime_ns, state.st_ino)
+    return found
+
+
+def read_only_folder() -> str | None:
+    """A folder of a file system mounted read-only on this machine, if there is one."""
+    with open("/proc/mounts") as mounts:
+        for line in mounts:
+            fields = line.split()
+            if len(fields) > 3 and "ro" in fields[3].split(",") and os.path.isdir(fields[1]):
+                if not fields[1].startswith(("/proc", "/sys", "/dev")):
+                    return fields[1]
+    return None
+
+
 def line_of(path: Path, marker: str) -> int:
     """The 1-based line number of the first line containing ``marker``."""
     for number, text in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
@@ -87,7 +115,10 @@ def check_rule(slug: str, evidence) -> list:
 
 
 def as_device(evidence, device: str, **env):
-    """The same captured evidence, recorded as if it came from another device (and environment)."""
+    """The same captured evidence, recorded as if it came from another device (and environment). A GPU is
+    named as one: on a CPU run the device name is the CPU's, and "AMD EPYC" would read as an AMD GPU."""
+    if device.startswith("cuda"):
+        env.setdefault("device_name", "NVIDIA GPU")
     return evidence.model_copy(update={
         "target": evidence.target.model_copy(update={"device": device}),
         "env": evidence.env.model_copy(update=env),

@@ -47,8 +47,25 @@ def render_markdown(report: Report) -> str:
         lines += [f"| {r.rank} | {r.step_ms:.4g} | {r.data_wait_ms:.3g} | {_ms(r.comm_ms)} | {_ms(r.compute_ms)} |"
                   for r in report.ranks]
         lines.append("")
+    lines += _files(report)
     lines.append(f"<sub>advisor {report.advisor_version} · {report.created}</sub>")
     return "\n".join(lines) + "\n"
+
+
+def _files(report: Report) -> list[str]:
+    files = report.files
+    if files is None or not (files.written or files.experiment_runs or files.unrouted or files.not_kept):
+        return []
+    lines = ["", "**Your files.** "
+             + (f"The audited run wrote {', '.join(f'`{_escape(c.path)}` ({c.change})' for c in files.written)}; "
+                if files.written else "The audited run wrote nothing; ")
+             + _escape(files.stopped or "") + "."]
+    if files.experiment_runs:
+        lines.append(f"{len(files.experiment_runs)} experiment run(s) wrote only into advisor's shadow; "
+                     + (f"**changed while they ran: {', '.join(files.changed)}**" if files.changed else "none of your files changed")
+                     + f" ({files.checked} path(s) checked).")
+    lines += [f"- {_escape(line)}" for line in files.not_kept + files.unrouted]
+    return lines + [""]
 
 
 _STATUS_ICONS = {"fail": "❌", "warn": "⚠️", "pass": "✅", "skipped": "➖"}

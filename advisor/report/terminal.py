@@ -10,7 +10,7 @@ from advisor.report.paths import short_path
 from advisor.rule import Verification
 
 if TYPE_CHECKING:
-    from advisor.report.model import Report
+    from advisor.report.model import FilesRecord, Report
 
 _COLOURS = {"high": "red", "medium": "yellow", "low": "cyan", "info": "white"}
 
@@ -51,8 +51,30 @@ def print_summary(report: Report, written: dict[str, str]) -> None:
         click.echo(f"All verified fixes together: {combined.speedup:.2f}x [{combined.ci_low:.2f}–{combined.ci_high:.2f}]")
     elif report.verification.note:
         click.echo(f"Verification: {report.verification.note}")
+    if report.files is not None:
+        print_files(report.files)
     for fmt, path in written.items():
         click.echo(f"{fmt.upper()} report: {path}")
+
+
+def print_files(files: FilesRecord) -> None:
+    """What advisor's runs did to the user's files, in a line or two (the report has the whole list)."""
+    if files.written:
+        shown = ", ".join(f"{c.path} ({c.change}{', ' + _size(c.size) if c.size is not None else ''})"
+                          for c in files.written[:4])
+        more = f" and {len(files.written) - 4} more" if len(files.written) > 4 else ""
+        click.echo(f"Your files: the audited run wrote {shown}{more}; {files.stopped}")
+    if files.experiment_runs:
+        verdict = ("none of your files changed" if not files.changed else
+                   click.style(f"CHANGED while they ran: {', '.join(files.changed)}", fg="red"))
+        click.echo(f"Your files: {len(files.experiment_runs)} experiment run(s) wrote only into advisor's shadow, "
+                   f"thrown away; {verdict} ({files.checked} path(s) checked)")
+    for line in files.not_kept + files.unrouted:
+        click.echo(f"Your files: {line}")
+
+
+def _size(size: int) -> str:
+    return f"{size / 1e6:.1f} MB" if size >= 100_000 else f"{size} bytes"
 
 
 _STATUS_COLOURS = {"pass": "green", "warn": "yellow", "fail": "red", "skipped": "white"}

@@ -25,6 +25,7 @@ from advisor.evidence import (
     RoutingGroup,
     TargetInfo,
 )
+from advisor.files.session import FileSession
 from advisor.kineto import TraceFormatError, parse_trace
 from advisor.pipeline import AuditResult
 from advisor.rank_traces import RankTrace, summarize_file
@@ -32,6 +33,7 @@ from advisor.report.model import ModelOutput, StageRecord, VerificationSettings
 from advisor.run.kinds import FORWARD, MARKER, OPTIMIZER, PROFILER_STEP
 from advisor.run.launch import ScriptRun, discard, launch
 from advisor.run.verify import RunVerifier
+from advisor.sources import is_library_path
 from advisor.timing import summarize
 
 STEP_KINDS = {OPTIMIZER: "each optimizer step", FORWARD: "each call of the outermost module",
@@ -57,6 +59,7 @@ class RunOptions:
     step_marker: str = ""
     verify: bool = True
     budget: float = 120.0
+    shadow_limit_mb: float | None = None  # the journal's and each experiment's shadow (default: a third of the free space)
 
     @property
     def script(self) -> str:
@@ -73,10 +76,20 @@ def run_script(options: RunOptions, progress: Callable[[str], None] = lambda tex
                rules: RuleConfig | None = None) -> AuditResult:
     rules = rules or RuleConfig.load(options.rule_dirs, options.settings, options.disabled)
     os.makedirs(options.out_dir, exist_ok=True)
+    files = FileSession.start(options.shadow_limit_mb)
+    try:
+        return _run_with(files, options, progress, rules)
+    finally:
+        files.close()
+
+
+def _run_with(files: FileSession, options: RunOptions, progress: Callable[[str], None], rules: RuleConfig) -> AuditResult:
+    """The audited run (the user's: its writes are real, and journaled), then the experiments (shadowed)."""
     window = {"warmup_steps": options.warmup_steps, "steps": options.steps, "profile_steps": options.profile_steps,
               "full": options.full, "script": options.script, "step_marker": options.step_marker}
     progress(f"running {' '.join(options.command)}")
-    run = launch(list(options.command), window, options.timeout, progress, show_output=options.show_output)
+    run = launch(list(options.command), window, options.timeout, progress, show_output=options.show_output,
+                 environment=files.journal_environment(), scratch_in=files.folder)
     try:
         evidence, errors, notes = evidence_of(run, options)
         trace_kept = _keep_trace(run, options)
@@ -90,16 +103,41 @@ def run_script(options: RunOptions, progress: Callable[[str], None] = lambda tex
         run_rules=evidence.timing is not None,
     )
     if not run.interrupted:
+        files.remember()
         # the verification runs step and find the model as this run did, and apply the rules' own fixes
         known = {**window, "kind": seen.get("kind"), "device": evidence.target.device, "mode": evidence.target.mode,
                  "rule_dirs": list(options.rule_dirs),
                  "model": {"class": evidence.target.model_class, "params": evidence.target.param_count}
                  if evidence.target.model_class else {}}
-        verify_findings(report, rules, errors, lambda findings: RunVerifier(
-            list(options.command), known, rules.ruleset, options.budget, options.timeout, progress).verify(findings))
+        verifier = RunVerifier(list(options.command), known, rules.ruleset, options.budget, options.timeout, files=files,
+                               progress=progress)
+        refusal = files.refusal()
+        verify_findings(report, rules, errors, lambda findings: refusal or verifier.verify(findings))
+        if verifier.interrupted:
+            report.errors.append(StageError(stage="verify", kind="interrupted", message=(
+                f"interrupted ({verifier.interrupted}) while fixes were verified; the findings not yet measured "
+                "are marked skipped")))
+    report.files = files.record(_how_it_ended(run, seen, options))
     if report.trace is not None and trace_kept:
         report.trace.file = os.path.basename(trace_kept)
     return AuditResult(report=report, evidence=evidence)
+
+
+def _how_it_ended(run: ScriptRun, seen: dict, options: RunOptions) -> str:
+    """How the audited run ended, in the words the report's "Your files" section uses."""
+    if run.stop == "killed":
+        return (f"ended at once by advisor ({'--timeout' if run.timed_out else run.stopped_by}): it did not stop "
+                "between two steps when asked, so a write it had in flight may be incomplete")
+    why = "--timeout" if run.timed_out else run.stopped_by
+    if run.stop == "between steps" and seen.get("between_steps") is False:
+        return (f"stopped by advisor ({why}) between two writes (no step ended within the wait), every file it "
+                "had open flushed")
+    if run.stop == "between steps":
+        return f"stopped by advisor ({why}) between two steps, every file it had open flushed"
+    if seen.get("stopped"):
+        return ("stopped by advisor at the step window's end, between two steps, every file it had open flushed "
+                "(--full lets it finish)")
+    return "ran to its own end"
 
 
 def evidence_of(run: ScriptRun, options: RunOptions) -> tuple[Evidence, list[StageError], list[str]]:
@@ -124,11 +162,16 @@ def _primary_evidence(run: ScriptRun, options: RunOptions) -> tuple[Evidence, li
     if (env := run.read("env.json")) is not None:
         evidence.env = Environment.model_validate(env)
     window = run.read("window.json")
+    stopped_early = run.interrupted or bool(run.timed_out and window and window.get("interrupted") and window["steps_seen"])
     if run.interrupted:
         errors.append(StageError(stage="script", kind="interrupted", message=(
-            f"interrupted (Ctrl-C) after {window['steps_seen'] if window else 0} step(s); the report holds "
+            f"interrupted ({run.stopped_by}) after {window['steps_seen'] if window else 0} step(s); the report holds "
             "what was measured until then")))
-    if errors and not run.interrupted:
+    elif stopped_early:
+        errors.append(StageError(stage="timing", kind="timeout", message=(
+            f"stopped at --timeout ({options.timeout:g} s) after {window['steps_seen']} step(s), before the step "
+            "window's end; the report holds what was measured until then (lower --steps or raise --timeout)")))
+    if errors and not stopped_early:
         return evidence, errors, notes
     if run.read("installed.json") is None:
         errors.append(_script_error(run, options, "the script never imported torch, so there is no step to audit"))
@@ -154,8 +197,14 @@ def _primary_evidence(run: ScriptRun, options: RunOptions) -> tuple[Evidence, li
     if window.get("ended_early"):
         notes.append(f"the script ended after {window['steps_seen']} step(s), before the window's end; audited on the "
                      "steps it ran")
+    elif window.get("interrupted"):
+        notes.append(f"the script was stopped by advisor ({'--timeout' if run.timed_out else run.stopped_by}) after "
+                     f"{window['steps_seen']} step(s)")
     elif window.get("stopped"):
         notes.append(f"the script was stopped after {window['steps_seen']} steps (the window's end); --full lets it finish")
+    if run.returncode not in (0, None) and not run.stop and not window.get("stopped"):
+        errors.append(_script_error(run, options, f"the script failed after {window['steps_seen']} step(s); the report "
+                                                  "holds what was measured until then", stage="script"))
     if not samples:
         errors.append(StageError(stage="timing", kind="user-code", message=(
             f"the script ran {window['steps_seen']} step(s), not more than the {window['warmup_steps']} warm-up "
@@ -223,14 +272,15 @@ def _gather_ranks(run: ScriptRun, evidence: Evidence, notes: list[str]) -> None:
                  f"{next(iter(run.rank_folders))}'s, the rank table and the rank-aware rules read them all{spread}")
 
 
-def _script_error(run: ScriptRun, options: RunOptions, what: str) -> StageError:
+def _script_error(run: ScriptRun, options: RunOptions, what: str, stage: str = "load") -> StageError:
     """The script's own failure: its traceback's last frame in the user's files, and the error line."""
     tail = [line for line in run.stderr.strip().splitlines() if line.strip()]
-    frames = [m for m in _FRAME.finditer(run.stderr) if "site-packages" not in m.group("file")]
+    frames = [m for m in _FRAME.finditer(run.stderr)
+              if "site-packages" not in m.group("file") and not is_library_path(m.group("file"))]
     file, line = (frames[-1].group("file"), int(frames[-1].group("line"))) if frames else ("", 0)
     code = f" (exit code {run.returncode})" if run.returncode not in (None, 0) else ""
     said = f": {tail[-1]}" if tail else ""
-    return StageError(stage="load", kind="user-code", file=file, line=line, message=f"{what}{code}{said}")
+    return StageError(stage=stage, kind="user-code", file=file, line=line, message=f"{what}{code}{said}")
 
 
 def _keep_trace(run: ScriptRun, options: RunOptions) -> str | None:

@@ -36,8 +36,10 @@ def watch_failures(window: StepWindow) -> None:
     sys.excepthook = crashed
     if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
         def stopped(signum, frame):
+            from advisor.files.stop import stop_now
+
             window.on_exit()
-            os._exit(128 + signum)
+            stop_now(128 + signum)  # once the rank's writes in flight are whole
         signal.signal(signal.SIGTERM, stopped)
 
 

@@ -1,9 +1,14 @@
 """Run the user's command with the bootstrap, and turn what the step window wrote into Evidence.
 
 The command runs as given (same cwd, environment, argv) in its own process group, with
-PYTHONPATH led by ``boot/`` (its sitecustomize) and advisor's own root; stdin is closed, so a
-script that reads it sees end-of-file instead of waiting forever. At the end the whole group is
-ended: DataLoader workers and other children are never left running.
+PYTHONPATH led by ``boot/`` (its sitecustomize) and advisor's own root, plus the file layer's
+environment (the audited run's journal, or an experiment's shadow); stdin is closed, so a script
+that reads it sees end-of-file instead of waiting forever.
+
+A run advisor stops (``--timeout``, Ctrl-C, SIGTERM or SIGHUP to advisor) is asked to stop between
+two steps, or between two writes when no step comes (``advisor.files.stop``); only one that does
+not stop within ``STOP_WAIT_S`` (or a second Ctrl-C) is ended at once. At the end the whole group
+is ended: DataLoader workers, torchrun's ranks and other children are never left running.
 """
 
 from __future__ import annotations
@@ -21,11 +26,13 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 import advisor
-from advisor.errors import StageError
+from advisor.errors import StageError, stop_name
+from advisor.files import stop
 from advisor.sandbox.supervisor import end_process_group, output_tail
 
 BOOT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "boot")
 INTERRUPT_GRACE_S = 3.0
+STOP_WAIT_S = 150.0  # a stop request: the next step, then the writes in flight (a large checkpoint) and the window's files
 STACK_DUMP_S = 1.0  # for faulthandler to write each process's stack before the group is ended
 ADVISOR_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(advisor.__file__)))
 
@@ -41,7 +48,9 @@ class ScriptRun:
     seconds: float = 0.0
     stdout: str = ""
     stderr: str = ""
-    interrupted: bool = False  # Ctrl-C: the script was asked to stop, and what it measured is kept
+    interrupted: bool = False  # Ctrl-C or a signal: the script was asked to stop, and what it measured is kept
+    stopped_by: str = ""  # "Ctrl-C", "SIGTERM", ... when interrupted
+    stop: str = ""  # how advisor ended it: "between steps" (it stopped as asked), "killed", or "" (it ended itself)
     errors: list[StageError] = field(default_factory=list)
 
     @property
@@ -74,16 +83,25 @@ class ScriptRun:
     def trace_path(self) -> str | None:
         return self.trace_of()
 
+    @property
+    def folders(self) -> list[str]:
+        """Every folder a step window of this run listens and writes in."""
+        return [self.scratch, *self.rank_folders.values()]
+
 
 def launch(command: list[str], window: dict, timeout: float, progress: Callable[[str], None] = lambda t: None,
-           show_output: bool = False) -> ScriptRun:
-    """Run ``command`` under the bootstrap until it ends, the window stops it, or ``timeout``."""
-    scratch = tempfile.mkdtemp(prefix="advisor-run-")
+           show_output: bool = False, environment: dict[str, str] | None = None, scratch_in: str | None = None,
+           experiment: bool = False) -> ScriptRun:
+    """Run ``command`` under the bootstrap until it ends, the window stops it, or ``timeout``.
+    ``environment``: the file layer's; ``scratch_in``: where advisor's own folder for the run goes;
+    ``experiment``: a run of advisor's own (its writes are shadowed), ended at once when stopped."""
+    scratch = tempfile.mkdtemp(prefix="advisor-run-", dir=scratch_in)
     run = ScriptRun(command=list(command), scratch=scratch)
     spec_path = os.path.join(scratch, "spec.json")
     with open(spec_path, "w", encoding="utf-8") as handle:
         json.dump({**window, "out_dir": scratch}, handle)
     env = {key: value for key, value in os.environ.items() if key != "ADVISOR_RUN_OWNER"}
+    env.update(environment or {})
     env["ADVISOR_RUN_SPEC"] = spec_path
     env["PYTHONPATH"] = os.pathsep.join(p for p in (BOOT_DIR, ADVISOR_ROOT, env.get("PYTHONPATH", "")) if p)
     stdout_path, stderr_path = os.path.join(scratch, "stdout.txt"), os.path.join(scratch, "stderr.txt")
@@ -103,10 +121,14 @@ def launch(command: list[str], window: dict, timeout: float, progress: Callable[
             run.returncode = child.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             run.timed_out = True
-            _dump_stacks(spec_path)
-        except KeyboardInterrupt:
-            run.interrupted = True
-            _interrupt(child)
+            if experiment or not _stop_between_steps(child, run, progress):
+                _dump_stacks(spec_path)
+                run.stop = "killed"
+        except KeyboardInterrupt as interruption:
+            run.interrupted, run.stopped_by = True, stop_name(interruption)
+            if experiment or not _stop_between_steps(child, run, progress):
+                _interrupt(child)
+                run.stop = "killed"
         finally:
             end_process_group(child, graceful=not run.timed_out)
             _end_the_rest(spec_path)
@@ -115,6 +137,20 @@ def launch(command: list[str], window: dict, timeout: float, progress: Callable[
     run.seconds = time.monotonic() - began
     run.stdout, run.stderr = output_tail(stdout_path), output_tail(stderr_path)
     return run
+
+
+def _stop_between_steps(child: subprocess.Popen, run: ScriptRun, progress: Callable[[str], None]) -> bool:
+    """Ask the script's step windows to stop (at their next step, or between two writes), and wait.
+    False when nobody listened (torch not imported yet), or it did not stop in time: end it at once."""
+    if not stop.request(run.folders):
+        return False
+    progress(f"stopping the script between two steps (up to {STOP_WAIT_S:g} s; Ctrl-C again ends it at once)")
+    try:
+        run.returncode = child.wait(timeout=STOP_WAIT_S)
+    except (subprocess.TimeoutExpired, KeyboardInterrupt):
+        return False
+    run.stop = "between steps"
+    return True
 
 
 def _interrupt(child: subprocess.Popen) -> None:

@@ -24,7 +24,8 @@ def rank_failures(run: ScriptRun, script: str, errors: list[StageError], notes: 
             message += "; then " + "; ".join(f"rank {c['rank']} failed too ({c['error'].splitlines()[0][:160]})"
                                             for c in after)
         message += "; what every rank measured until then is reported"
-        errors[:] = [e for e in errors if e.stage != "load"]  # "the script ended early" says less than this
+        # "the script ended early" or "failed" says less than this
+        errors[:] = [e for e in errors if e.stage != "load" and (e.stage, e.kind) != ("script", "user-code")]
         errors.append(StageError(stage="script", kind="user-code", file=first["file"], line=first["line"],
                                  code=first["code"], message=message))
     if run.timed_out and (hang := describe_hang(run)):

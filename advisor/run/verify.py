@@ -1,6 +1,8 @@
 """Verify ``advisor run``'s findings: run the script's window again with the rule's own fix injected.
 
 The fix is the one ``audit`` measures, carried out inside the script's process (``inject.py``).
+Every run here is an experiment: it writes into a fresh shadow over the user's files as the audited
+run found them (``advisor.files``), so each starts from the same files and changes none.
 Baseline and candidate runs alternate (A B A B ...), each a fresh, identically seeded process
 timing the same window of steps; each pair gives a ratio of their mean step times (step + data
 wait when the fix changes the loader), and the verdict and its interval come from the same
@@ -21,9 +23,10 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from advisor.engine import RuleSet
+from advisor.files.session import FileSession
 from advisor.rule import Finding, Verification
 from advisor.run import first_results
-from advisor.run.launch import discard, launch
+from advisor.run.launch import launch
 from advisor.verify.measure import ABResult, verdict
 from advisor.verify.plan import MeasuredFixes
 
@@ -50,6 +53,14 @@ class Arm:
         return [_mean_step(window, with_data) for window in self.windows]
 
 
+class RunsInterrupted(Exception):
+    """Ctrl-C or a signal while an experiment ran: no more runs."""
+
+    def __init__(self, stopped_by: str):
+        super().__init__(stopped_by)
+        self.stopped_by = stopped_by
+
+
 @dataclass
 class RunVerifier:
     command: list[str]
@@ -57,7 +68,9 @@ class RunVerifier:
     ruleset: RuleSet
     budget_s: float
     timeout: float
+    files: FileSession | None = None  # where every run's shadow lies (needed once a run starts)
     progress: Callable[[str], None] = lambda text: None
+    interrupted: str = ""  # what stopped the experiments, when something did
     started: float = field(default_factory=time.monotonic)
     baseline_s: list[float] = field(default_factory=list)  # wall time of each run without a fix
 
@@ -73,6 +86,16 @@ class RunVerifier:
 
     def verify(self, findings: list[Finding]) -> MeasuredFixes:
         measured = MeasuredFixes()
+        try:
+            self._verify(findings, measured)
+        except RunsInterrupted as stopped:
+            self.interrupted = stopped.stopped_by
+            for finding in findings:
+                measured.results.setdefault(finding.id, Verification(
+                    status="skipped", note=f"interrupted ({stopped.stopped_by}) before it was measured"))
+        return measured
+
+    def _verify(self, findings: list[Finding], measured: MeasuredFixes) -> None:
         verified: list[Finding] = []
         for index, finding in enumerate(findings):
             if self.left < self.pair_estimate * MIN_PAIRS:
@@ -90,7 +113,6 @@ class RunVerifier:
             measured.combined = self.measure(verified, self.left)
         elif len(verified) == 1:
             measured.combined = measured.results[verified[0].id]
-        return measured
 
     def measure(self, findings: list[Finding], share_s: float) -> Verification:
         outcome = self._measure(findings, share_s)
@@ -185,8 +207,14 @@ class RunVerifier:
         return outcome
 
     def _run_once(self, fixes: list[dict]) -> tuple[dict, dict | None] | Verification:
-        run = launch(self.command, {**self.window, "measure_only": True, "fixes": fixes}, self.timeout)
+        environment, arm = self.files.shadow_environment()
+        run = launch(self.command, {**self.window, "measure_only": True, "fixes": fixes}, self.timeout,
+                     environment=environment, scratch_in=arm, experiment=True)
         try:
+            if run.interrupted:
+                raise RunsInterrupted(run.stopped_by)
+            if (full := self.files.full(arm)) is not None:
+                return Verification(status="not-verifiable-here", note=full)
             if (refused := run.read("fix_refused.json")) is not None:
                 return Verification(status="not-verifiable-here", note=refused["reason"])
             if (broken := run.read("fix_error.json")) is not None:
@@ -199,7 +227,8 @@ class RunVerifier:
                                          + (" with the fix" if fixes else "") + (f": {why}" if why else ""))
             return window, first_results.load(run.folder)
         finally:
-            discard(run)
+            label = "with " + " + ".join(fix["slug"] for fix in fixes) if fixes else "baseline"
+            self.files.finish_run(arm, label, run.seconds, run.returncode, run.stdout)  # its shadow is thrown away
 
 
 def failure_line(stderr: str) -> str:

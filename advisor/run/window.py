@@ -15,53 +15,36 @@ records the first steps' results for the numerics check (``first_results.py``).
 from __future__ import annotations
 
 import atexit
-import importlib.abc
-import importlib.util
 import json
 import os
 import sys
 import time
 from typing import Any
 
+from advisor.files import routing, stop
+from advisor.files.gate import GATE
+from advisor.files.routing import suspended
 from advisor.run.failures import distributed, watch_failures
 from advisor.run.kinds import FORWARD, MARKER, OPTIMIZER, PROFILER_STEP, RANK
+from advisor.run.stopping import StopRequest
 
 ROUTED_BATCHES = 4  # real batches fed again to a copy of the model to count tokens per expert
 
 
-def install_when_torch_loads(spec_path: str) -> None:
-    """Install the window right after ``import torch`` completes (the script may never import it)."""
+def prepare(spec_path: str) -> None:
+    """In the script's process (each rank's, under torchrun), from its first line: listen for advisor's
+    stop requests, and install the window right after ``import torch`` completes (the script may
+    never import it)."""
+    from advisor.files.imports import when_imported
+
     with open(spec_path, encoding="utf-8") as handle:
         spec = json.load(handle)
     if os.environ.get("TORCHELASTIC_RUN_ID") is not None and "RANK" in os.environ:
         spec["out_dir"] = os.path.join(spec["out_dir"], f"rank{int(os.environ['RANK'])}")  # a torchrun worker
         spec["rank"] = int(os.environ["RANK"])
         os.makedirs(spec["out_dir"], exist_ok=True)
-    if "torch" in sys.modules:
-        StepWindow(spec).install()
-        return
-    sys.meta_path.insert(0, _TorchWatcher(spec))
-
-
-class _TorchWatcher(importlib.abc.MetaPathFinder):
-    def __init__(self, spec: dict):
-        self.spec = spec
-
-    def find_spec(self, name: str, path: Any, target: Any = None):
-        if name != "torch":
-            return None
-        sys.meta_path.remove(self)
-        found = importlib.util.find_spec(name)
-        if found is None or found.loader is None:
-            return found
-        load = found.loader.exec_module
-        spec = self.spec
-
-        def exec_module(module):
-            load(module)
-            StepWindow(spec).install()
-        found.loader.exec_module = exec_module
-        return found
+    stop.listen(spec["out_dir"])
+    when_imported("torch", lambda torch: StepWindow(spec).install())
 
 
 class StepWindow:
@@ -79,6 +62,7 @@ class StepWindow:
         self.samples_ms: list[float] = []
         self.data_wait_ms: list[float] = []
         self.waiting = 0.0
+        self.journal_spent = 0.0  # the file journal's time when the last step ended
         self.profiler = None
         self.step_range = None
         self.annotator = None
@@ -104,6 +88,7 @@ class StepWindow:
         from advisor.run.ddp import DDPWatcher
 
         self.ddp = DDPWatcher()  # DistributedDataParallel models, under torchrun
+        self.stop = StopRequest(self)  # advisor asking the script to stop (Ctrl-C, a signal, --timeout)
 
     # --- boundaries -------------------------------------------------------------------------
     def install(self) -> None:
@@ -146,6 +131,7 @@ class StepWindow:
                 window.waiting += time.perf_counter() - began
         dataloader._BaseDataLoaderIter.__next__ = timed_next
         atexit.register(self.on_exit)
+        stop.on_request(self.stop.requested)
         watch_failures(self)
         if self.marker:
             self._find_marker()
@@ -223,8 +209,17 @@ class StepWindow:
             self.boundary(FORWARD)  # inference: each outermost forward is a step, until something better shows
 
     def boundary(self, kind: str) -> None:
-        if os.getpid() != self.owner or self.done:
+        if os.getpid() != self.owner:
             return
+        with suspended():  # advisor's own work between two steps (profiles, its files): not the script's writes
+            self._boundary(kind)
+
+    def _boundary(self, kind: str) -> None:
+        if self.stop.pending and (self.kind is None or kind == self.kind):
+            self.stop.at_step()
+        if self.done:
+            return
+        GATE.boundary()
         if self.marker and kind != MARKER:
             return
         if self.kind is not None and RANK[kind] > RANK[self.kind] and self.profiler is None and self.calls is None:
@@ -248,7 +243,9 @@ class StepWindow:
         timed_end = self.warmup + self.steps
         if self.warmup < self.count <= timed_end and self.last is not None:
             # the step as audit times it: compute, without the wait for the next batch (the data's share)
-            self.samples_ms.append((now - self.last - self.waiting) * 1000)
+            # less the time advisor's journal spent keeping copies of the files the step changed (first writes)
+            kept = getattr(routing.LAYER, "spent", 0.0) - self.journal_spent
+            self.samples_ms.append((now - self.last - self.waiting - kept) * 1000)
             self.data_wait_ms.append(self.waiting * 1000)
         if self.count == timed_end and self.measure_only:
             self.finish(stopped=True)
@@ -260,6 +257,7 @@ class StepWindow:
             self._write_calls(self.call_steps)
             self.finish(stopped=not self.full)
         self.waiting = 0.0
+        self.journal_spent = getattr(routing.LAYER, "spent", 0.0)
         self.last = time.perf_counter()
 
     def _drop_forward_hooks(self) -> None:
@@ -278,16 +276,24 @@ class StepWindow:
         """The script ended before the window did: keep what was measured, and say so."""
         if os.getpid() != self.owner or self.done:
             return
+        self.end_early()
+        self.finish(stopped=False, ended_early=True)
+
+    def end_early(self) -> None:
         if self.profiler is not None:
-            self.step_range.__exit__(None, None, None)
-            self.annotator.__exit__(None, None, None)
-            self.profiler.__exit__(None, None, None)
+            for scope in (self.step_range, self.annotator, self.profiler):
+                try:
+                    scope.__exit__(None, None, None)
+                except RuntimeError:
+                    continue  # already left when the window's own step failed
             self.profiler = None  # a partial profile has fewer steps than asked: not kept
         if self.calls is not None:
             watched = self.count - (self.warmup + self.steps + self.profile_steps)
             if watched > 0:
                 self._write_calls(watched)
-        self.finish(stopped=False, ended_early=True)
+            else:
+                self.calls.__exit__(None, None, None)
+                self.calls = None
 
     # --- profiling ----------------------------------------------------------------------------
     def _start_profiler(self) -> None:
@@ -333,25 +339,31 @@ class StepWindow:
 
         self.calls = CallWatcher().__enter__()  # a few more steps, watched for torch.save, zero_grad, ...
 
-    def finish(self, stopped: bool, ended_early: bool = False) -> None:
+    def measured(self, stopped: bool, ended_early: bool = False) -> dict:
+        return {"kind": self.kind, "steps_seen": self.count, "samples_ms": list(self.samples_ms),
+                "data_wait_ms": list(self.data_wait_ms), "stopped": stopped, "ended_early": ended_early,
+                "warmup_steps": self.warmup, "optimizers": len(self.optimizers), "distributed": distributed()}
+
+    def finish(self, stopped: bool, ended_early: bool = False, interrupted: bool = False) -> None:
+        """Write what the window measured (advisor's own files); when ``stopped``, end the process
+        here, at a step's end, once the script's writes are whole (``stop.stop_now``)."""
         self.done = True
         self._drop_forward_hooks()  # the window is over (and Dynamo, capturing the graph, warns about global hooks)
-        measured = {"kind": self.kind, "steps_seen": self.count, "samples_ms": self.samples_ms,
-                    "data_wait_ms": self.data_wait_ms, "stopped": stopped, "ended_early": ended_early,
-                    "warmup_steps": self.warmup, "optimizers": len(self.optimizers), "distributed": distributed()}
-        if not self.measure_only:
-            self.write("window.json", measured)  # first: describing takes seconds, and torchrun may stop a rank
-            try:
-                from advisor.run.describe import describe_run
+        measured = {**self.measured(stopped, ended_early), "interrupted": interrupted}
+        with suspended():
+            if not self.measure_only:
+                self.write("window.json", measured)  # first: describing takes seconds, and torchrun may stop a rank
+                if not interrupted or self.samples_ms:
+                    try:
+                        from advisor.run.describe import describe_run
 
-                describe_run(self)
-            except Exception as failure:  # noqa: BLE001 - what was measured is still written
-                self.write("describe_error.json", {"message": f"{type(failure).__name__}: {failure}"})
-        self.write("window.json", {**measured, **(self.verification.summary() if self.verification is not None else {})})
+                        describe_run(self)
+                    except Exception as failure:  # noqa: BLE001 - what was measured is still written
+                        self.write("describe_error.json", {"message": f"{type(failure).__name__}: {failure}"})
+            extra = self.verification.summary() if self.verification is not None else {}
+            self.write("window.json", {**measured, **extra})
         if stopped:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(0)
+            stop.stop_now(0, at_boundary=True)
 
     def _write_calls(self, steps: int) -> None:
         self.calls.__exit__(None, None, None)
@@ -366,7 +378,8 @@ class StepWindow:
 
     def write(self, name: str, payload: dict) -> None:
         path = os.path.join(self.out, name)
-        with open(path + ".tmp", "w", encoding="utf-8") as handle:
-            json.dump(payload, handle)
-        os.replace(path + ".tmp", path)
+        with suspended():
+            with open(path + ".tmp", "w", encoding="utf-8") as handle:
+                json.dump(payload, handle)
+            os.replace(path + ".tmp", path)
 

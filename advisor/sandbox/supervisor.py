@@ -21,8 +21,11 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from advisor.errors import StageError
+from advisor.files import stop
 from advisor.sandbox.stages import STAGES
 
+BOOT_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "run", "boot")
+STOP_WAIT_S = 30.0  # a stopped child: its writes in flight finish before it ends
 OUTPUT_LIMIT = 8000  # characters of the child's stdout/stderr kept for the report
 # Starting Python and importing torch is advisor's cost, not a stage's: the stage clock starts when
 # the child says it is ready. Until then it gets this long (a cold disk on a slow machine).
@@ -59,8 +62,12 @@ def run_capture(
     timeout: float,
     progress: Callable[[str], None] = lambda text: None,
     stages: tuple[str, ...] = STAGES,
+    environment: dict[str, str] | None = None,
+    scratch_in: str | None = None,
 ) -> CaptureRun:
-    workdir = tempfile.mkdtemp(prefix="advisor-")
+    """Run ``stages`` in a fresh child. ``environment``: the file layer's (the capture's journal, or a
+    verification child's shadow); ``scratch_in``: where the child's own folder goes."""
+    workdir = tempfile.mkdtemp(prefix="advisor-", dir=scratch_in)
     spec = {**spec, "workdir": workdir, "stages": list(stages)}
     spec_path = os.path.join(workdir, "spec.json")
     with open(spec_path, "w", encoding="utf-8") as handle:
@@ -68,8 +75,10 @@ def run_capture(
     run = CaptureRun(outcomes={s: StageOutcome(s, "not-run") for s in stages})
     stdout_path, stderr_path = os.path.join(workdir, "stdout.txt"), os.path.join(workdir, "stderr.txt")
     read_fd, write_fd = os.pipe()
-    env = {**os.environ, "ADVISOR_CONTROL_FD": str(write_fd), "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "ADVISOR_CONTROL_FD": str(write_fd), "PYTHONUNBUFFERED": "1", **(environment or {})}
     env.setdefault("PYTHONWARNINGS", "ignore::DeprecationWarning")
+    if environment:  # the bootstrap installs the file layer before the child runs anything
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (BOOT_DIR, env.get("PYTHONPATH", "")) if p)
     with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
         child = subprocess.Popen(
             [sys.executable, "-m", "advisor.sandbox.worker", spec_path],
@@ -82,11 +91,22 @@ def run_capture(
         finished = _follow(child, read_fd, run, timeout, progress)
     finally:
         os.close(read_fd)
+        if not finished:
+            _stop_between_writes(child, workdir)
         end_process_group(child, graceful=finished)
     run.stdout = output_tail(stdout_path)
     run.stderr = output_tail(stderr_path)
     shutil.rmtree(workdir, ignore_errors=True)  # one folder per child: an audit must not leave them behind
     return run
+
+
+def _stop_between_writes(child: subprocess.Popen, workdir: str) -> None:
+    """A child advisor ends (a stage over its time, Ctrl-C) ends once its writes in flight are whole."""
+    if child.poll() is None and stop.request([workdir]):
+        try:
+            child.wait(timeout=STOP_WAIT_S)
+        except (subprocess.TimeoutExpired, KeyboardInterrupt):
+            pass
 
 
 def _read(path: str) -> str:

@@ -14,6 +14,8 @@ import sys
 from typing import Any
 
 from advisor.errors import StageError
+from advisor.files import stop
+from advisor.files.routing import suspended
 from advisor.sandbox.stages import STAGES, run_stages
 
 
@@ -36,7 +38,7 @@ class Channel:
 
     def done(self, stage: str, payload: str) -> None:
         path = os.path.join(self._workdir, f"{stage}.json")
-        with open(path, "w", encoding="utf-8") as handle:
+        with suspended(), open(path, "w", encoding="utf-8") as handle:
             handle.write(payload)
         self.send("done", stage=stage, result=path)
 
@@ -51,6 +53,7 @@ def main(spec_path: str) -> int:
     with open(spec_path, encoding="utf-8") as handle:
         spec = json.load(handle)
     channel = Channel(int(os.environ["ADVISOR_CONTROL_FD"]), spec["workdir"])
+    stop.listen(spec["workdir"])  # a stage advisor ends stops between two of the user's writes
     import torch  # noqa: F401 - imported before the first stage, so its clock measures the user's code only
 
     channel.send("ready")
