@@ -98,8 +98,10 @@ def _load(state: dict, progress: Callable[[str], None]) -> str:
 
 def _env(state: dict, progress: Callable[[str], None]) -> str:
     from advisor.capture.env import capture_environment
+    from advisor.files.routing import suspended
 
-    return capture_environment(state["target"].device).model_dump_json()
+    with suspended():  # advisor's own probing (platform runs `uname -p`): not the user's doing
+        return capture_environment(state["target"].device).model_dump_json()
 
 
 def _timing(state: dict, progress: Callable[[str], None]) -> str:
