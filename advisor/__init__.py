@@ -4,7 +4,7 @@ __version__ = "0.1.0"
 
 
 def audit(model, inputs, **options):
-    """Audit a live model in this process; see advisor.api.audit. Returns the Report."""
-    from advisor.api import audit as run
+    """Audit a live model in this process; see advisor.commands.api.audit. Returns the Report."""
+    from advisor.commands.api import audit as run
 
     return run(model, inputs, **options)

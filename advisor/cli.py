@@ -9,13 +9,13 @@ import traceback
 import click
 
 from advisor import __version__
-from advisor.analyze import AnalyzeOptions, run_analyze
-from advisor.engine import SettingError, load_rules
+from advisor.commands.analyze import AnalyzeOptions, run_analyze
 from advisor.errors import stop_name, stop_on_signals
-from advisor.gc_pause import gc_paused
 from advisor.report.terminal import print_problems, print_summary
 from advisor.report.write import FORMATS, write_reports
-from advisor.rule import SHARE_LEVELS, Severity
+from advisor.rulekit.engine import SettingError, load_rules
+from advisor.rulekit.rule import SHARE_LEVELS, Severity
+from advisor.trace.gc_pause import gc_paused
 
 EXIT_FAILED = 2
 SHADOW_LIMIT_HELP = ("Most an experiment run's shadow of your files may hold, and the copies kept of what the audited "
@@ -82,7 +82,7 @@ def audit(model_file, out_dir, formats, mode, device, timeout, rule_dirs, settin
         _fail(f"{model_file}: no such file; pass the path of a model file defining get_model() and get_inputs()")
     if not model_file.endswith(".py"):
         _fail(f"{model_file}: not a Python file; a model file is a .py file defining get_model() and get_inputs()")
-    from advisor.pipeline import AuditOptions, run_audit  # here: analyze and diff need none of the audit's machinery
+    from advisor.commands.audit import AuditOptions, run_audit  # here: analyze and diff need none of the audit's machinery
 
     options = AuditOptions(
         model_file=model_file, out_dir=out_dir, formats=chosen, mode=mode, device=device, timeout=timeout,
@@ -140,7 +140,7 @@ def _audit_and_report(audit_with, subject: str, stem: str, out_dir: str, formats
 def run(command, out_dir, formats, rule_dirs, settings, disabled, fail_on, warmup_steps, steps, full, show_output,
         step_marker, verify, budget, timeout, shadow_limit, quiet, debug) -> None:
     """Audit an unmodified script: advisor run [OPTIONS] -- python train.py --its --args"""
-    from advisor.run.audit import RunOptions, run_script
+    from advisor.commands.run import RunOptions, run_script
 
     chosen = _formats(formats)
     options = RunOptions(command=tuple(command), out_dir=out_dir, formats=chosen, warmup_steps=warmup_steps,
@@ -187,8 +187,8 @@ def _batch_sizes(value: str) -> tuple[int, ...]:
 def ready(model_file, batch_sizes, latency_budget, precision, precision_tolerance, determinism_tolerance, device,
           out_dir, formats, fail_on, timeout, quiet, debug) -> None:
     """Check MODEL_FILE is ready to deploy: export, compile, latency per batch size, memory, ..."""
+    from advisor.commands.ready import ReadyRunOptions, run_ready
     from advisor.ready.checks import ReadyOptions
-    from advisor.ready.command import ReadyRunOptions, run_ready
 
     chosen = _formats(formats)
     sizes = _batch_sizes(batch_sizes)
@@ -249,8 +249,8 @@ def _analyze(options: AnalyzeOptions, first_path: str, out_dir: str, chosen: tup
 @click.option("--html", "html_path", type=click.Path(dir_okay=False), help="Also write the diff as HTML here.")
 def diff(old_report, new_report, threshold, html_path) -> None:
     """Compare two JSON reports: step time, findings, readiness checks and latency (exit 1 on regression)."""
-    from advisor.diff import DiffInputError, diff_reports, load_report, render_text
-    from advisor.diff import render_html as render_diff_html
+    from advisor.report.compare import DiffInputError, diff_reports, load_report, render_text
+    from advisor.report.compare import render_html as render_diff_html
 
     try:
         result = diff_reports(load_report(old_report), load_report(new_report), threshold)

@@ -9,14 +9,14 @@ from __future__ import annotations
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from advisor.kineto import Trace
-from advisor.rank_traces import RankTrace
 from advisor.records import Field, Record
+from advisor.trace.parse import Trace
+from advisor.trace.ranks import RankTrace
 
 if TYPE_CHECKING:
     import networkx as nx
 
-    from advisor.rule import Margin
+    from advisor.rulekit.rule import Margin
 
 SHARE_NOISE_FLOOR = 0.1  # a share measured over a few profiled steps moves at least this much (relative)
 
@@ -279,7 +279,7 @@ class Evidence(Record):
         """A share of the step against its threshold, with the share's run-to-run noise: the step
         time's spread (its coefficient of variation), at least SHARE_NOISE_FLOOR of the share for the
         profiled time it is divided into."""
-        from advisor.rule import Margin
+        from advisor.rulekit.rule import Margin
 
         spread = self.timing.cv if self.timing is not None else 0.0
         return Margin(quantity=quantity, value=round(share, 4), threshold=threshold,

@@ -29,7 +29,7 @@ STDLIB_DIR = os.path.dirname(os.__file__) + os.sep
 # Text that marks a path as PyTorch's, Python's or advisor's own when it was recorded elsewhere
 # (another machine's install prefix): the local prefixes above cannot recognise it.
 FOREIGN_LIBRARY_MARKERS = ("/torch/", "\\torch\\", "<built-in", "<frozen", "advisor/capture/", "advisor/sandbox/",
-                           "advisor/step.py", "advisor/target.py")
+                           "advisor/workload/step.py", "advisor/workload/target.py")
 
 
 def is_library_path(path: str) -> bool:

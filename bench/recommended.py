@@ -11,7 +11,7 @@ from typing import Callable
 
 import torch.nn.functional as F
 
-from advisor.fixing import replace_target
+from advisor.rulekit.fixing import replace_target
 
 
 def _gpt_sdpa_forward(self, x):

@@ -55,9 +55,9 @@ def peak_mb(base):
 
 ADVISOR = PEAK + """
 import json, sys, time
-from advisor.analyze import evidence_from_traces
-from advisor.engine import load_rules, run_rules
-from advisor.kineto import parse_trace
+from advisor.commands.analyze import evidence_from_traces
+from advisor.rulekit.engine import load_rules, run_rules
+from advisor.trace.parse import parse_trace
 rules = load_rules()
 base = reset_peak()
 start = time.perf_counter()

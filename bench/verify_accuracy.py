@@ -31,11 +31,11 @@ sys.path.insert(0, ROOT)
 
 from recommended import RECOMMENDED  # noqa: E402
 
-from advisor.engine import load_rules  # noqa: E402
-from advisor.pipeline import AuditOptions, run_audit  # noqa: E402
-from advisor.rule import Finding  # noqa: E402
-from advisor.step import make_step  # noqa: E402
-from advisor.target import load_target  # noqa: E402
+from advisor.commands.audit import AuditOptions, run_audit  # noqa: E402
+from advisor.rulekit.engine import load_rules  # noqa: E402
+from advisor.rulekit.rule import Finding  # noqa: E402
+from advisor.workload.step import make_step  # noqa: E402
+from advisor.workload.target import load_target  # noqa: E402
 
 SAMPLES = ["missing_amp", "non_contiguous", "conformer_conv", "resnet_style", "gpt_block", "kernel_storm",
            "per_feature_heads", "manual_attention", "manual_attention_train", "hf_eager_attention", "einsum_attention",

@@ -27,8 +27,8 @@ from __future__ import annotations
 from typing import Iterator
 
 from advisor.evidence import Evidence
-from advisor.fixing import replace_target
-from advisor.rule import Finding, Fix, Layer, Severity, Thresholds, rule
+from advisor.rulekit.fixing import replace_target
+from advisor.rulekit.rule import Finding, Fix, Layer, Severity, Thresholds, rule
 
 
 @rule(slug="anomaly-detection", code="ADV113", layer=Layer.RUNTIME, severity=Severity.HIGH)

@@ -34,9 +34,9 @@ from __future__ import annotations
 from typing import Iterator
 
 from advisor.evidence import Evidence
-from advisor.fixing import replace_target
-from advisor.opsets import CONV_OPS, REDUCED_DTYPES, outermost
-from advisor.rule import Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
+from advisor.opnames import CONV_OPS, REDUCED_DTYPES, outermost
+from advisor.rulekit.fixing import replace_target
+from advisor.rulekit.rule import Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
 
 CONV_2D = ("Conv2d", "ConvTranspose2d")
 CONV_WORK = CONV_OPS | {"aten::convolution_backward", "aten::conv2d", "aten::conv_transpose2d"}

@@ -33,9 +33,9 @@ from __future__ import annotations
 from typing import Iterator, Union
 
 from advisor.evidence import Evidence
-from advisor.kineto import DeviceEvent, Op, Span, Trace
-from advisor.opsets import is_collective, is_collective_call
-from advisor.rule import Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
+from advisor.opnames import is_collective, is_collective_call
+from advisor.rulekit.rule import Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
+from advisor.trace.parse import DeviceEvent, Op, Span, Trace
 
 
 @rule(

@@ -29,8 +29,8 @@ from __future__ import annotations
 from typing import Iterator
 
 from advisor.evidence import Evidence
-from advisor.fixing import replace_target
-from advisor.rule import Finding, Fix, Layer, Location, Severity, Thresholds, rule
+from advisor.rulekit.fixing import replace_target
+from advisor.rulekit.rule import Finding, Fix, Layer, Location, Severity, Thresholds, rule
 
 CONVS = ("Conv1d", "Conv2d", "Conv3d")
 NORMS = ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm")

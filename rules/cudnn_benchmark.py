@@ -31,9 +31,9 @@ from __future__ import annotations
 from typing import Iterator
 
 from advisor.evidence import Evidence
-from advisor.fixing import attribute, with_switches
-from advisor.opsets import convolution_sites
-from advisor.rule import Finding, Fix, Layer, Location, Severity, Thresholds, rule
+from advisor.opnames import convolution_sites
+from advisor.rulekit.fixing import attribute, with_switches
+from advisor.rulekit.rule import Finding, Fix, Layer, Location, Severity, Thresholds, rule
 
 
 @rule(slug="cudnn-benchmark", code="ADV123", layer=Layer.RUNTIME, severity=Severity.MEDIUM)

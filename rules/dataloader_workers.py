@@ -35,8 +35,8 @@ import math
 from typing import Iterator
 
 from advisor.evidence import DataLoaderInfo, Evidence
-from advisor.fixing import replace_target
-from advisor.rule import Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
+from advisor.rulekit.fixing import replace_target
+from advisor.rulekit.rule import Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
 
 DOCS = ["https://pytorch.org/docs/stable/data.html#multi-process-data-loading",
         "https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html#enable-async-data-loading-and-augmentation"]

@@ -31,7 +31,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from advisor.evidence import Evidence
-from advisor.rule import Finding, Fix, Layer, Severity, Thresholds, rule
+from advisor.rulekit.rule import Finding, Fix, Layer, Severity, Thresholds, rule
 
 WRAPPERS = ("DataParallel",)
 

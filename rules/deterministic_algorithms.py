@@ -29,8 +29,8 @@ from __future__ import annotations
 from typing import Iterator
 
 from advisor.evidence import Evidence
-from advisor.fixing import attribute, setting, with_switches
-from advisor.rule import Finding, Fix, Layer, Severity, Thresholds, rule
+from advisor.rulekit.fixing import attribute, setting, with_switches
+from advisor.rulekit.rule import Finding, Fix, Layer, Severity, Thresholds, rule
 
 
 @rule(slug="deterministic-algorithms", code="ADV125", layer=Layer.RUNTIME, severity=Severity.LOW)

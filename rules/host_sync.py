@@ -42,9 +42,9 @@ from dataclasses import dataclass, field
 from typing import Iterator
 
 from advisor.evidence import Evidence
-from advisor.kineto import SYNC_RUNTIME_CALLS, Op, SourceCall, Trace
-from advisor.rule import Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
+from advisor.rulekit.rule import Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
 from advisor.sources import site_label
+from advisor.trace.parse import SYNC_RUNTIME_CALLS, Op, SourceCall, Trace
 
 # What each user-facing API does, by how it syncs (the key selects the fix text).
 SYNC_APIS = {

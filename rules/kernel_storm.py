@@ -47,10 +47,10 @@ from collections import Counter
 from typing import Iterator
 
 from advisor.evidence import Evidence
-from advisor.fixing import replace_target
-from advisor.kineto import Trace
-from advisor.rule import Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
+from advisor.rulekit.fixing import replace_target
+from advisor.rulekit.rule import Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
 from advisor.sources import is_library_path, site_label
+from advisor.trace.parse import Trace
 
 # A line that emits this many top-level ops per step runs inside a Python loop (a GRU cell over 64
 # time steps emits 64 per line; straight-line code emits one per line and call).

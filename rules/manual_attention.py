@@ -44,8 +44,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from advisor.evidence import Evidence, GraphNode
-from advisor.fixing import compiled_with, finish_graph, node_name
-from advisor.patterns import (
+from advisor.rulekit.fixing import compiled_with, finish_graph, node_name
+from advisor.rulekit.patterns import (
     ADDITIVE_MASKS,
     BADDBMM,
     CASTS,
@@ -59,7 +59,7 @@ from advisor.patterns import (
     find_attention,
     mask_operands,
 )
-from advisor.rule import Finding, Fix, Layer, Location, Severity, Thresholds, rule
+from advisor.rulekit.rule import Finding, Fix, Layer, Location, Severity, Thresholds, rule
 from advisor.sources import site_label
 
 if TYPE_CHECKING:

@@ -38,9 +38,9 @@ from __future__ import annotations
 from typing import Iterator
 
 from advisor.evidence import Evidence
-from advisor.fixing import replace_target
-from advisor.opsets import MATMUL_FLOP_OPS, MATMUL_OPS, REDUCED_DTYPES, is_ampere_or_newer, low_precision, outermost
-from advisor.rule import Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
+from advisor.opnames import MATMUL_FLOP_OPS, MATMUL_OPS, REDUCED_DTYPES, is_ampere_or_newer, low_precision, outermost
+from advisor.rulekit.fixing import replace_target
+from advisor.rulekit.rule import Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
 
 # A model whose parameters are mostly bf16/fp16 already computes in reduced precision.
 REDUCED_PARAMETER_SHARE = 0.5
@@ -155,7 +155,7 @@ def fix(target, finding):
     """Run the step under autocast: the dtype the device runs fast."""
     import torch
 
-    from advisor.rule import NotVerifiable
+    from advisor.rulekit.rule import NotVerifiable
 
     if target.device.type == "cuda":
         dtype = torch.bfloat16 if torch.cuda.get_device_capability(target.device)[0] >= 8 else torch.float16

@@ -42,11 +42,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from advisor.evidence import Evidence, GraphCapture, GraphNode
-from advisor.fixing import compiled_with, finish_graph, node_name
-from advisor.kineto import Op, Trace
-from advisor.opsets import GRAPH_MATMULS, LAYOUT_COPY_OPS, is_broadcast, is_contiguous, outermost
-from advisor.rule import Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
+from advisor.opnames import GRAPH_MATMULS, LAYOUT_COPY_OPS, is_broadcast, is_contiguous, outermost
+from advisor.rulekit.fixing import compiled_with, finish_graph, node_name
+from advisor.rulekit.rule import Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
 from advisor.sources import site_label
+from advisor.trace.parse import Op, Trace
 
 if TYPE_CHECKING:
     import torch

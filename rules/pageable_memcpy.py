@@ -31,7 +31,7 @@ from collections import defaultdict
 from typing import Iterator
 
 from advisor.evidence import Evidence
-from advisor.rule import Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
+from advisor.rulekit.rule import Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
 
 PAGEABLE = ("Pageable -> Device", "Device -> Pageable")
 

@@ -40,9 +40,9 @@ from collections import defaultdict
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from advisor.evidence import Evidence, GraphNode
-from advisor.fixing import compiled_with, finish_graph, node_site
-from advisor.opsets import GRAPH_MATMULS
-from advisor.rule import Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
+from advisor.opnames import GRAPH_MATMULS
+from advisor.rulekit.fixing import compiled_with, finish_graph, node_site
+from advisor.rulekit.rule import Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
 from advisor.sources import site_label
 
 if TYPE_CHECKING:

@@ -40,8 +40,8 @@ import statistics
 from typing import Iterator
 
 from advisor.evidence import Evidence
-from advisor.rank_traces import RankTrace
-from advisor.rule import Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
+from advisor.rulekit.rule import Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
+from advisor.trace.ranks import RankTrace
 
 
 @rule(

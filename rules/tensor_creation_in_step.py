@@ -37,9 +37,9 @@ from collections import defaultdict
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from advisor.evidence import Evidence, GraphNode
-from advisor.fixing import compiled_with, finish_graph, node_name
-from advisor.patterns import find_constants
-from advisor.rule import Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
+from advisor.rulekit.fixing import compiled_with, finish_graph, node_name
+from advisor.rulekit.patterns import find_constants
+from advisor.rulekit.rule import Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
 
 if TYPE_CHECKING:
     import torch

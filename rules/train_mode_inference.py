@@ -33,7 +33,7 @@ from collections import Counter
 from typing import Iterator
 
 from advisor.evidence import Evidence
-from advisor.rule import Finding, Fix, Layer, Location, Severity, Thresholds, rule
+from advisor.rulekit.rule import Finding, Fix, Layer, Location, Severity, Thresholds, rule
 
 MODE_DEPENDENT = ("Dropout", "BatchNorm", "AlphaDropout", "FeatureAlphaDropout", "SyncBatchNorm", "InstanceNorm")
 

@@ -30,8 +30,8 @@ from __future__ import annotations
 from typing import Iterator
 
 from advisor.evidence import Evidence
-from advisor.fixing import attribute, with_switches
-from advisor.rule import Finding, Fix, Layer, Location, Severity, Thresholds, rule
+from advisor.rulekit.fixing import attribute, with_switches
+from advisor.rulekit.rule import Finding, Fix, Layer, Location, Severity, Thresholds, rule
 
 API = "zero_grad"  # Optimizer.zero_grad and Module.zero_grad
 

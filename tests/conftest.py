@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from advisor.pipeline import AuditOptions, AuditResult, run_audit
+from advisor.commands.audit import AuditOptions, AuditResult, run_audit
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "samples"
@@ -108,7 +108,7 @@ def only_finding(result: AuditResult, slug: str):
 
 def check_rule(slug: str, evidence) -> list:
     """One built-in rule over some evidence, with its default thresholds."""
-    from advisor.engine import load_rules, thresholds_for
+    from advisor.rulekit.engine import load_rules, thresholds_for
 
     rule = load_rules().get(slug)
     return list(rule.check(evidence, thresholds_for(rule, {})))
@@ -133,9 +133,9 @@ def as_cuda(evidence, **env):
 
 def verify_fix(model_file: Path, finding, slug: str, seconds: float = 4):
     """Measure one finding's fix on a model file, as the verification child would."""
-    from advisor.engine import load_rules
-    from advisor.target import load_target
-    from advisor.verify.run import Budget, verify_one
+    from advisor.rulekit.engine import load_rules
+    from advisor.verify.copies import Budget, verify_one
+    from advisor.workload.target import load_target
 
     spec = load_rules().get(slug).fix_spec
     return verify_one(load_target(str(model_file)), [(finding, spec)], Budget(seconds), lambda text: None, slug)

@@ -18,9 +18,9 @@ import tempfile
 from pathlib import Path
 
 from advisor.evidence import Evidence
-from advisor.kineto import SOURCE_ANNOTATION, parse_trace
 from advisor.sources import is_library_path
-from advisor.trace_stream import EventStream
+from advisor.trace.parse import SOURCE_ANNOTATION, parse_trace
+from advisor.trace.stream import EventStream
 
 ROOT = Path(__file__).resolve().parent.parent
 EVIDENCE_DIR = ROOT / "tests" / "data" / "evidence"

@@ -19,8 +19,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from evidence_fixtures import DDP_DIR, ROOT, save_evidence  # noqa: E402
 
-from advisor.pipeline import AuditOptions, run_audit  # noqa: E402
-from advisor.run.audit import RunOptions, run_script  # noqa: E402
+from advisor.commands.audit import AuditOptions, run_audit  # noqa: E402
+from advisor.commands.run import RunOptions, run_script  # noqa: E402
 
 DDP_SCRIPTS = ("ddp_train", "ddp_clean")
 

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from advisor.analyze import AnalyzeOptions, evidence_from_traces, run_analyze
-from advisor.engine import load_rules, run_rules
-from advisor.kineto import TraceFormatError, parse_trace
-from advisor.rank_traces import RankTrace
+from advisor.commands.analyze import AnalyzeOptions, evidence_from_traces, run_analyze
+from advisor.rulekit.engine import load_rules, run_rules
+from advisor.trace.parse import TraceFormatError, parse_trace
+from advisor.trace.ranks import RankTrace
 from conftest import shared_trace
 
 CUDA_SLUGS = {"pageable-memcpy", "sync-memcpy", "host-sync"}

@@ -97,8 +97,8 @@ def _distinct_colours(png: bytes) -> int:
 
 @pytest.mark.slow
 def test_the_readiness_report_renders_its_checklist_and_chart_offline(browser, tmp_path):
+    from advisor.commands.ready import ReadyRunOptions, run_ready
     from advisor.ready.checks import ReadyOptions
-    from advisor.ready.command import ReadyRunOptions, run_ready
     from conftest import SAMPLES
 
     options = ReadyRunOptions(model_file=str(SAMPLES / "ready" / "size_branch.py"), out_dir=str(tmp_path),

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from advisor.capture.graph import capture_graph
-from advisor.sandbox.stages import PROFILE_STEPS
-from advisor.target import load_target
+from advisor.sandbox.registry import PROFILE_STEPS
+from advisor.workload.target import load_target
 from conftest import SAMPLES, audit, line_of, write_model
 
 GPT_BLOCK = """

@@ -6,11 +6,11 @@ import json
 
 from evidence_fixtures import DDP_DIR, saved_evidence
 
-from advisor.engine import load_rules, run_rules
 from advisor.evidence import DDPInfo, Evidence, RankSummary, TargetInfo
-from advisor.kineto import parse_trace
-from advisor.rank_traces import RankTrace, host_gaps, summarize_file
-from advisor.timing import summarize
+from advisor.rulekit.engine import load_rules, run_rules
+from advisor.trace.parse import parse_trace
+from advisor.trace.ranks import RankTrace, host_gaps, summarize_file
+from advisor.workload.timing import summarize
 from conftest import write_model
 
 SCRIPT = "/w/train.py"

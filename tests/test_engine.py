@@ -9,8 +9,8 @@ import textwrap
 
 import pytest
 
-from advisor.engine import SettingError, check_disabled, load_rules, parse_settings, run_rules
-from advisor.rule import Layer, Severity
+from advisor.rulekit.engine import SettingError, check_disabled, load_rules, parse_settings, run_rules
+from advisor.rulekit.rule import Layer, Severity
 from conftest import SAMPLES
 
 SECTIONS = ("What it detects", "Why it matters", "How to fix", "Example")
@@ -21,7 +21,7 @@ USER_RULE = '''
 What it detects: a median step above the budget. Why it matters: latency SLOs.
 How to fix: see the other findings. Example: n/a.
 """
-from advisor.rule import Finding, Layer, Severity, Threshold, rule
+from advisor.rulekit.rule import Finding, Layer, Severity, Threshold, rule
 
 @rule(slug="step-budget", code="USR001", layer=Layer.APPLICATION, severity=Severity.LOW,
       thresholds={"budget_ms": Threshold(0.0, "largest acceptable median step", "ms")})

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from advisor.errors import AuditError
-from advisor.feed import default_inputs, looks_alike
-from advisor.step import make_step, run_user_step
-from advisor.target import load_target
+from advisor.workload.feed import default_inputs, looks_alike
+from advisor.workload.step import make_step, run_user_step
+from advisor.workload.target import load_target
 from conftest import line_of, write_model
 
 LABELLED = """

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from advisor.diff import diff_reports, render_html, render_text
 from advisor.evidence import TargetInfo, Timing
+from advisor.report.compare import diff_reports, render_html, render_text
 from advisor.report.markdown import render_markdown
-from advisor.report.model import Report, VerificationSettings
 from advisor.report.sarif import render_sarif
-from advisor.rule import Finding, Fix, Layer, Location, Severity, Verification
+from advisor.report.schema import Report, VerificationSettings
+from advisor.rulekit.rule import Finding, Fix, Layer, Location, Severity, Verification
 
 DATA = Path(__file__).parent / "data"
 
@@ -73,7 +73,7 @@ def test_sarif_validates_against_the_official_schema(sample_audit):
         pytest.skip("the SARIF 2.1.0 schema was not fetched (.ci/run gets it from the npm registry)")
     import jsonschema
 
-    from advisor.ready.model import Readiness, ReadyCheck
+    from advisor.report.readiness import Readiness, ReadyCheck
 
     schema = json.loads(schema_path.read_text(encoding="utf-8"))
     ready = Report(target=TargetInfo(model_file="x.py"), readiness=Readiness(checks=[
@@ -133,7 +133,7 @@ def test_the_diff_gate_decides_from_the_runs_own_spread():
 
 
 def test_a_finding_decided_within_its_noise_is_borderline_not_added_or_resolved():
-    from advisor.rule import Margin
+    from advisor.rulekit.rule import Margin
 
     near = _finding(slug="missing-amp", line=9)
     near.margin = Margin(quantity="matmul share of the step", value=0.52, threshold=0.5, noise=0.05)
@@ -148,7 +148,7 @@ def test_a_finding_decided_within_its_noise_is_borderline_not_added_or_resolved(
 
 def test_readiness_reports_diff_by_check_status_and_latency_percentiles():
     from advisor.ready.latency import _fill
-    from advisor.ready.model import LatencyRow, Readiness, ReadyCheck
+    from advisor.report.readiness import LatencyRow, Readiness, ReadyCheck
 
     def ready(status: str, p_ms: float) -> Report:
         row = LatencyRow(batch_size=8)
@@ -165,7 +165,7 @@ def test_readiness_reports_diff_by_check_status_and_latency_percentiles():
 
 
 def test_a_readiness_check_decided_within_its_noise_does_not_fail_the_gate():
-    from advisor.ready.model import Readiness, ReadyCheck
+    from advisor.report.readiness import Readiness, ReadyCheck
 
     def ready(status: str, borderline: bool) -> Report:
         report = _report(findings=[])

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from advisor.engine import load_rules, run_rules
 from advisor.evidence import Evidence, TargetInfo
-from advisor.kineto import parse_trace
+from advisor.rulekit.engine import load_rules, run_rules
+from advisor.trace.parse import parse_trace
 from conftest import SAMPLES, audit, line_of, shared_trace, write_model
 
 

@@ -132,7 +132,7 @@ def test_user_output_is_captured_truncated_and_kept_off_the_terminal(tmp_path):
     )
     assert "noisy line" not in completed.stdout + completed.stderr
     report = (tmp_path / "out" / "model.json").read_text()
-    from advisor.report.model import Report
+    from advisor.report.schema import Report
 
     output = Report.model_validate_json(report).output
     assert output.stdout.startswith("noisy line 0") and "noisy line 19999" in output.stdout

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from advisor.kineto import TraceFormatError, parse_trace
+from advisor.trace.parse import TraceFormatError, parse_trace
 from conftest import shared_trace
 
 
@@ -130,7 +130,7 @@ def test_a_line_that_is_not_a_quoted_name_is_still_an_error(tmp_path):
 
 
 def test_analyze_reads_a_trace_with_quoted_names_and_reports_no_error(tmp_path):
-    from advisor.analyze import AnalyzeOptions, run_analyze
+    from advisor.commands.analyze import AnalyzeOptions, run_analyze
 
     events = [{"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{s}", "ts": s * 1000, "dur": 900, "tid": 1}
               for s in range(2)]

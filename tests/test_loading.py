@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from advisor.errors import AuditError
-from advisor.target import Target, call_model, load_target
+from advisor.workload.target import Target, call_model, load_target
 from conftest import audit, line_of, write_model
 
 

@@ -7,10 +7,10 @@ import pytest
 from evidence_fixtures import saved_evidence
 from test_rules_on_evidence import EXPECTED
 
-from advisor.engine import load_rules, parse_settings, run_rules
 from advisor.evidence import DataLoaderInfo, Evidence, TargetInfo
-from advisor.kineto import parse_trace
-from advisor.rule import Severity
+from advisor.rulekit.engine import load_rules, parse_settings, run_rules
+from advisor.rulekit.rule import Severity
+from advisor.trace.parse import parse_trace
 from conftest import SAMPLES, as_device, audit, line_of, shared_trace, verify_sample, write_model
 
 # Verdicts that rest on a share of a measured step near its threshold, seen to flip between

@@ -10,11 +10,11 @@ import pytest
 import torch
 
 from advisor.capture.graph import capture_graph
-from advisor.feed import BATCHES_AHEAD
-from advisor.rule import Severity
+from advisor.rulekit.rule import Severity
 from advisor.rules.manual_attention import SdpaRewrite, use_sdpa
 from advisor.rules.tensor_creation_in_step import fold_constants
-from advisor.target import load_target
+from advisor.workload.feed import BATCHES_AHEAD
+from advisor.workload.target import load_target
 from conftest import SAMPLES, as_cuda, audit, check_rule, line_of, only_finding, slugs, verify_sample, write_model
 
 # --- manual-attention -------------------------------------------------------------------------

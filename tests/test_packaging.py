@@ -66,7 +66,7 @@ def test_the_installed_wheel_analyzes_a_trace(wheel, tmp_path):
     # the wheel's copy first on sys.path, ahead of the checkout this suite's editable install maps
     code = ("import sys; sys.path.insert(0, sys.argv[1]); import advisor, runpy; "
             "assert advisor.__file__.startswith(sys.argv[1]), advisor.__file__; "
-            "import advisor.ready.command, advisor.run.launch, advisor.sandbox.supervisor; "
+            "import advisor.commands.ready, advisor.run.launch, advisor.sandbox.supervisor; "
             "sys.argv = ['advisor', 'analyze', sys.argv[2], '--format', 'json', '--out', sys.argv[3]]; "
             "runpy.run_module('advisor', run_name='__main__')")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}

@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
+from advisor.commands.ready import ReadyRunOptions, run_ready
 from advisor.ready.checks import ReadyOptions
-from advisor.ready.command import ReadyRunOptions, run_ready
 from conftest import SAMPLES, line_of
 
 READY = SAMPLES / "ready"

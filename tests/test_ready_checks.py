@@ -7,7 +7,8 @@ import random
 from advisor.evidence import TargetInfo
 from advisor.ready.checks import ReadyOptions, decide
 from advisor.ready.compiling import _recompile
-from advisor.ready.evidence import (
+from advisor.ready.latency import _fill, percentile, percentile_with_interval
+from advisor.ready.measured import (
     Blocker,
     ColdStartEvidence,
     CompileEvidence,
@@ -20,11 +21,10 @@ from advisor.ready.evidence import (
     RecompileEvidence,
     TrainingModule,
 )
-from advisor.ready.latency import _fill, percentile, percentile_with_interval
-from advisor.ready.model import LatencyRow
 from advisor.ready.places import named_in
-from advisor.report.model import Report
-from advisor.rule import Location
+from advisor.report.readiness import LatencyRow
+from advisor.report.schema import Report
+from advisor.rulekit.rule import Location
 from conftest import SAMPLES
 
 MODEL = str(SAMPLES / "ready" / "size_branch.py")

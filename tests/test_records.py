@@ -9,7 +9,7 @@ import sys
 import pytest
 from pydantic import ValidationError
 
-from advisor.rule import Finding, Layer, Location, Margin, Severity, Verification
+from advisor.rulekit.rule import Finding, Layer, Location, Margin, Severity, Verification
 
 
 def _finding() -> Finding:
@@ -62,5 +62,5 @@ def test_analyzing_a_trace_does_not_import_pydantic(tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert list(tmp_path.glob("*.json")), done.stderr[-2000:]
     imported = [line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")]
-    assert "advisor.rule" in imported  # the listing is the analysis's imports
+    assert "advisor.rulekit.rule" in imported  # the listing is the analysis's imports
     assert not [name for name in imported if name.split(".")[0] in ("pydantic", "pydantic_core")]

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from advisor.report.html import render_html
-from advisor.report.model import SCHEMA_VERSION, Report
+from advisor.report.schema import SCHEMA_VERSION, Report
 from conftest import HOSTILE_MODEL, SAMPLES, audit, line_of, write_model
 
 

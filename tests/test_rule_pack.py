@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from advisor.rule import Severity
+from advisor.rulekit.rule import Severity
 from conftest import slugs, verify_sample
 
 HEALTHY = ("clean_mlp", "bf16_weights", "train_with_loader")

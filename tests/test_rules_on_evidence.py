@@ -12,9 +12,9 @@ from __future__ import annotations
 import pytest
 from evidence_fixtures import recorded_samples, saved_evidence
 
-from advisor.engine import RuleConfig, load_rules
 from advisor.evidence import DataLoaderInfo
-from advisor.rule import Severity
+from advisor.rulekit.engine import RuleConfig, load_rules
+from advisor.rulekit.rule import Severity
 from conftest import SAMPLES, as_cuda, as_device, line_of
 
 RULES = RuleConfig.load()

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from advisor.run.audit import RunOptions, run_script
+from advisor.commands.run import RunOptions, run_script
 from conftest import SAMPLES, line_of, write_model
 
 SCRIPTS = SAMPLES / "scripts"
@@ -238,8 +238,8 @@ FIXING_RULES = {
         What it detects / Why it matters / How to fix / Example: a test of advisor run's injection.
         """
         import torch
-        from advisor.fixing import replace_target
-        from advisor.rule import Finding, Layer, Severity, rule
+        from advisor.rulekit.fixing import replace_target
+        from advisor.rulekit.rule import Finding, Layer, Severity, rule
 
         @rule(slug="test-model-changes", code="TST001", layer=Layer.MODEL, severity=Severity.HIGH)
         def check(ev, th):
@@ -255,8 +255,8 @@ FIXING_RULES = {
         What it detects / Why it matters / How to fix / Example: a test of advisor run's numerics check.
         """
         import torch
-        from advisor.fixing import replace_target
-        from advisor.rule import Finding, Layer, Severity, rule
+        from advisor.rulekit.fixing import replace_target
+        from advisor.rulekit.rule import Finding, Layer, Severity, rule
 
         @rule(slug="test-wrong", code="TST003", layer=Layer.MODEL, severity=Severity.HIGH)
         def check(ev, th):

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from advisor.pipeline import AuditOptions, run_audit
-from advisor.run.audit import RunOptions, run_script
+from advisor.commands.audit import AuditOptions, run_audit
+from advisor.commands.run import RunOptions, run_script
 from conftest import SAMPLES, line_of, read_only_folder, write_model
 
 RESUMING = SAMPLES / "scripts" / "resume_train.py"

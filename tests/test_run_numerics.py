@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from advisor.engine import load_rules
-from advisor.run.verify import Arm, RunVerifier
+from advisor.rulekit.engine import load_rules
+from advisor.run.arms import Arm, RunVerifier
 
 
 def _results(loss: float, gradient: float) -> dict:

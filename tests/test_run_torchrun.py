@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from advisor.run.audit import RunOptions, run_script
+from advisor.commands.run import RunOptions, run_script
 from conftest import SAMPLES, line_of, write_model
 
 SCRIPTS = SAMPLES / "scripts"

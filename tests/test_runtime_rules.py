@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import pytest
 
-from advisor.analyze import evidence_from_traces
 from advisor.capture.calls import static_sites
-from advisor.kineto import parse_trace
-from advisor.rule import Severity
+from advisor.commands.analyze import evidence_from_traces
+from advisor.rulekit.rule import Severity
+from advisor.trace.parse import parse_trace
 from conftest import (
     SAMPLES,
     as_cuda,

@@ -10,12 +10,12 @@ import math
 import pytest
 import torch
 
-from advisor.engine import load_rules
-from advisor.rule import Finding, FixSpec
-from advisor.target import load_target
+from advisor.rulekit.engine import load_rules
+from advisor.rulekit.rule import Finding, FixSpec
+from advisor.verify.copies import Budget, verify_one
 from advisor.verify.measure import ABResult, verdict
 from advisor.verify.numerics import compare
-from advisor.verify.run import Budget, verify_one
+from advisor.workload.target import load_target
 from conftest import SAMPLES, audit, write_model
 
 FIELDS = {"status", "speedup", "ci_low", "ci_high", "baseline_ms", "candidate_ms", "samples", "max_abs_error",

@@ -23,7 +23,7 @@ from typing import Any, Callable
 
 from advisor.evidence import CallSite
 from advisor.sources import user_frame_of
-from advisor.target import Target
+from advisor.workload.target import Target
 
 PROFILERS = frozenset({"torch.profiler.profile", "torch.autograd.profiler.profile", "torch.autograd.profiler.emit_nvtx"})
 
@@ -105,7 +105,7 @@ class CallWatcher:
 
 def watch_step_calls(target: Target) -> list[CallSite]:
     """Watched calls made from user code while one step runs, then those found in the source."""
-    from advisor.step import make_step, run_user_step
+    from advisor.workload.step import make_step, run_user_step
 
     step = make_step(target, *target.fresh())
     run_user_step("calls", target, step)  # the first step pays lazy initialisation: not the steady state

@@ -16,7 +16,7 @@ from torch.utils._pytree import tree_map
 
 from advisor.capture.graph import capture_call
 from advisor.evidence import GraphCapture
-from advisor.target import call_model
+from advisor.workload.target import call_model
 
 MAX_PARTS = 64  # captures, so a model of many tiny modules stays bounded
 

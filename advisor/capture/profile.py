@@ -13,9 +13,9 @@ from typing import Any, Callable
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from advisor.capture.sources import SourceAnnotator
-from advisor.files.routing import suspended
-from advisor.kineto import ANNOTATED_MARKER
+from advisor.capture.annotate import SourceAnnotator
+from advisor.files.intercept import suspended
+from advisor.trace.parse import ANNOTATED_MARKER
 
 
 def record_trace(

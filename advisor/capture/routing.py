@@ -22,7 +22,7 @@ from torch.utils._pytree import tree_flatten
 from advisor.capture.routers import RouterWatch, router_candidates
 from advisor.evidence import RoutingGroup
 from advisor.sources import user_frame
-from advisor.target import Target, call_model, call_user
+from advisor.workload.target import Target, call_model, call_user
 
 
 def sibling_groups(model: torch.nn.Module) -> dict[str, list[torch.nn.Module]]:

@@ -4,7 +4,7 @@
 rename, link and change files (``os.makedirs``, ``os.removedirs``, ``pathlib``, ``tempfile``,
 ``shutil``'s copies and moves are built on them), ``shutil.rmtree``; and, through ``native``, the
 programs a run starts and the native code that opens files by name. Each call is handed to the
-layer with its path made canonical (``routing``).
+layer with its path made canonical (``intercept``).
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ import os
 import shutil
 import sys
 
-from advisor.files import native, routing
+from advisor.files import intercept, native
 from advisor.files.gate import GATE
+from advisor.files.intercept import call_with, layer_call, patch, reading, routing_again, user_error, user_path
 from advisor.files.listing import Entry, Listing
-from advisor.files.routing import call_with, layer_call, patch, reading, routing_again, user_error, user_path
 
 WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
 
@@ -40,17 +40,17 @@ def _open(original, file, mode="r", *args, **kwargs):
         if intent is not None:
             GATE.register(handle)
         return handle
-    path = user_path(file) if intent is not None or routing.LAYER.routes_reads else None
+    path = user_path(file) if intent is not None or intercept.LAYER.routes_reads else None
     if path is None:
         handle = original(file, mode, *args, **kwargs)
     else:
         if intent is None:
-            redirected = layer_call(path, lambda: routing.LAYER.for_read(path.canonical))
+            redirected = layer_call(path, lambda: intercept.LAYER.for_read(path.canonical))
         else:
-            redirected = layer_call(path, lambda: routing.LAYER.for_write(path.canonical, *intent))
+            redirected = layer_call(path, lambda: intercept.LAYER.for_write(path.canonical, *intent))
         handle = call_with(original, path, redirected, (mode, *args), kwargs)
         if intent is not None:
-            routing.LAYER.opened(path.canonical, redirected, handle)
+            intercept.LAYER.opened(path.canonical, redirected, handle)
     if intent is not None:
         GATE.register(handle)
     return handle
@@ -58,14 +58,14 @@ def _open(original, file, mode="r", *args, **kwargs):
 
 def _os_open(original, file, flags, mode=0o777, *, dir_fd=None):
     unnamed = hasattr(os, "O_TMPFILE") and (flags & os.O_TMPFILE) == os.O_TMPFILE  # no name: nothing to keep
-    path = user_path(file, dir_fd) if not unnamed and (flags & WRITE_FLAGS or routing.LAYER.routes_reads) else None
+    path = user_path(file, dir_fd) if not unnamed and (flags & WRITE_FLAGS or intercept.LAYER.routes_reads) else None
     if path is None:
         return original(file, flags, mode, dir_fd=dir_fd)
     if flags & WRITE_FLAGS:
         keep, exclusive = not flags & os.O_TRUNC, bool(flags & os.O_CREAT and flags & os.O_EXCL)
-        redirected = layer_call(path, lambda: routing.LAYER.for_write(path.canonical, keep, exclusive))
+        redirected = layer_call(path, lambda: intercept.LAYER.for_write(path.canonical, keep, exclusive))
     else:
-        redirected = layer_call(path, lambda: routing.LAYER.for_read(path.canonical))
+        redirected = layer_call(path, lambda: intercept.LAYER.for_read(path.canonical))
     return call_with(original, path, redirected, (flags, mode), {"dir_fd": dir_fd})
 
 
@@ -82,15 +82,15 @@ def _changing(original, file, *args, **kwargs):
     path = user_path(file, kwargs.get("dir_fd"))
     if path is None:
         return original(file, *args, **kwargs)
-    redirected = layer_call(path, lambda: routing.LAYER.for_write(path.canonical, True, False))
+    redirected = layer_call(path, lambda: intercept.LAYER.for_write(path.canonical, True, False))
     return call_with(original, path, redirected, args, kwargs)
 
 
 def _listing(scan: bool):
     """os.listdir / os.scandir: the folder as the shadow shows it, where it differs from the disk's."""
     def handler(original, file="."):
-        path = user_path(file) if routing.LAYER.routes_reads else None
-        names = layer_call(path, lambda: routing.LAYER.listdir(path.canonical)) if path is not None else None
+        path = user_path(file) if intercept.LAYER.routes_reads else None
+        names = layer_call(path, lambda: intercept.LAYER.listdir(path.canonical)) if path is not None else None
         if names is None:
             return original(file)
         if not scan:
@@ -107,8 +107,8 @@ def _performed(operation: str):
         path = user_path(file, dir_fd)
         if path is None:
             return original(file, dir_fd=dir_fd)
-        layer_call(path, lambda: getattr(routing.LAYER, operation)(path.canonical, lambda: original(file, dir_fd=dir_fd)))
-        routing.LAYER.scope.forget()
+        layer_call(path, lambda: getattr(intercept.LAYER, operation)(path.canonical, lambda: original(file, dir_fd=dir_fd)))
+        intercept.LAYER.scope.forget()
     return handler
 
 
@@ -116,8 +116,8 @@ def _mkdir(original, file, mode=0o777, *, dir_fd=None):
     path = user_path(file, dir_fd)
     if path is None:
         return original(file, mode, dir_fd=dir_fd)
-    layer_call(path, lambda: routing.LAYER.mkdir(path.canonical, mode, lambda: original(file, mode, dir_fd=dir_fd)))
-    routing.LAYER.scope.forget()
+    layer_call(path, lambda: intercept.LAYER.mkdir(path.canonical, mode, lambda: original(file, mode, dir_fd=dir_fd)))
+    intercept.LAYER.scope.forget()
 
 
 def _rename(original, src, dst, *, src_dir_fd=None, dst_dir_fd=None):
@@ -129,16 +129,16 @@ def _rename(original, src, dst, *, src_dir_fd=None, dst_dir_fd=None):
         return run()
     if source is not None and destination is not None:
         try:
-            routing.LAYER.rename(source.canonical, destination.canonical, run)
+            intercept.LAYER.rename(source.canonical, destination.canonical, run)
         except OSError as error:
             raise user_error(user_error(error, source), destination) from None
     elif destination is not None:
         outside = os.path.abspath(os.fsdecode(os.fspath(src)))
-        layer_call(destination, lambda: routing.LAYER.adopt(outside, destination.canonical, run))
+        layer_call(destination, lambda: intercept.LAYER.adopt(outside, destination.canonical, run))
     else:
         outside = os.path.abspath(os.fsdecode(os.fspath(dst)))
-        layer_call(source, lambda: routing.LAYER.release(source.canonical, outside, run))
-    routing.LAYER.scope.forget()
+        layer_call(source, lambda: intercept.LAYER.release(source.canonical, outside, run))
+    intercept.LAYER.scope.forget()
 
 
 def _link(original, src, dst, *args, **kwargs):
@@ -146,7 +146,7 @@ def _link(original, src, dst, *args, **kwargs):
     if destination is None:
         return original(src, dst, *args, **kwargs)
     source = os.path.abspath(os.fsdecode(os.fspath(src)))
-    layer_call(destination, lambda: routing.LAYER.link(source, destination.canonical, lambda: original(src, dst, *args, **kwargs)))
+    layer_call(destination, lambda: intercept.LAYER.link(source, destination.canonical, lambda: original(src, dst, *args, **kwargs)))
 
 
 def _symlink(original, src, dst, *args, **kwargs):
@@ -154,9 +154,9 @@ def _symlink(original, src, dst, *args, **kwargs):
     if destination is None:
         return original(src, dst, *args, **kwargs)
     pointed = os.fsdecode(os.fspath(src))
-    layer_call(destination, lambda: routing.LAYER.symlink(pointed, destination.canonical,
+    layer_call(destination, lambda: intercept.LAYER.symlink(pointed, destination.canonical,
                                                    lambda: original(src, dst, *args, **kwargs)))
-    routing.LAYER.scope.forget()
+    intercept.LAYER.scope.forget()
 
 
 def _rmtree(original, file, *args, **kwargs):
@@ -165,7 +165,7 @@ def _rmtree(original, file, *args, **kwargs):
         return original(file, *args, **kwargs)
     ignore_errors = args[0] if args else kwargs.get("ignore_errors", False)
     try:
-        layer_call(path, lambda: routing.LAYER.rmtree(path.canonical, lambda: original(file, *args, **kwargs)))
+        layer_call(path, lambda: intercept.LAYER.rmtree(path.canonical, lambda: original(file, *args, **kwargs)))
     except OSError as error:
         onexc, onerror = kwargs.get("onexc"), kwargs.get("onerror") or (args[1] if len(args) > 1 else None)
         if ignore_errors:
@@ -176,7 +176,7 @@ def _rmtree(original, file, *args, **kwargs):
             onerror(os.rmdir, path.given, sys.exc_info())
         else:
             raise
-    routing.LAYER.scope.forget()
+    intercept.LAYER.scope.forget()
 
 
 # --- installing ------------------------------------------------------------------------------------
@@ -186,9 +186,9 @@ CHANGES = ("chmod", "chown", "utime", "truncate", "setxattr", "removexattr")
 
 def install(layer) -> None:
     """Route this process's file functions through ``layer``, once, before the script runs."""
-    if routing.LAYER is not None:
+    if intercept.LAYER is not None:
         return
-    routing.LAYER = layer
+    intercept.LAYER = layer
     patch(io, "open", _open)
     builtins.open = io.open
     for name in READS:

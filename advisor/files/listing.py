@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 
-from advisor.files import routing
-from advisor.files.routing import suspended
+from advisor.files import intercept
+from advisor.files.intercept import suspended
 
 
 class Entry:
@@ -16,26 +16,26 @@ class Entry:
 
     def _found(self) -> str:
         with suspended():
-            found = routing.LAYER.locate(self._canonical)
+            found = intercept.LAYER.locate(self._canonical)
         if found is None:
             raise FileNotFoundError(2, os.strerror(2), self.path)
         return found
 
     def is_dir(self, *, follow_symlinks: bool = True) -> bool:
         with suspended():
-            found = routing.LAYER.locate(self._canonical)
+            found = intercept.LAYER.locate(self._canonical)
             return found is not None and (os.path.isdir(found) if follow_symlinks else
                                           os.path.isdir(found) and not os.path.islink(found))
 
     def is_file(self, *, follow_symlinks: bool = True) -> bool:
         with suspended():
-            found = routing.LAYER.locate(self._canonical)
+            found = intercept.LAYER.locate(self._canonical)
             return found is not None and (os.path.isfile(found) if follow_symlinks else
                                           os.path.isfile(found) and not os.path.islink(found))
 
     def is_symlink(self) -> bool:
         with suspended():
-            found = routing.LAYER.locate(self._canonical)
+            found = intercept.LAYER.locate(self._canonical)
             return found is not None and os.path.islink(found)
 
     def stat(self, *, follow_symlinks: bool = True):

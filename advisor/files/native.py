@@ -7,15 +7,15 @@ import os
 import subprocess
 from typing import Any
 
-from advisor.files import routing
+from advisor.files import intercept
 from advisor.files.gate import GATE
 from advisor.files.imports import when_imported
-from advisor.files.routing import call_with, layer_call, patch, reading, user_error, user_path
+from advisor.files.intercept import call_with, layer_call, patch, reading, user_error, user_path
 
 
 def _execute_child(original, self, args, *rest, **kwargs):
     result = original(self, args, *rest, **kwargs)
-    routing.LAYER.note_event("subprocess", argv=_argv(args), child=self.pid)
+    intercept.LAYER.note_event("subprocess", argv=_argv(args), child=self.pid)
     return result
 
 
@@ -23,7 +23,7 @@ def _started(kind: str):
     """os.system(command), os.execv(path, argv), os.posix_spawn(path, argv, env)."""
     def handler(original, *args, **kwargs):
         command = args[0] if kind == "system" or len(args) < 2 else args[1]
-        routing.LAYER.note_event("subprocess", argv=_argv(command), child=None, how=kind)
+        intercept.LAYER.note_event("subprocess", argv=_argv(command), child=None, how=kind)
         return original(*args, **kwargs)
     return handler
 
@@ -44,7 +44,7 @@ def _named_write(original, payload, file, *args, **kwargs):
         path = user_path(file)
         if path is None:
             return original(payload, file, *args, **kwargs)
-        redirected = layer_call(path, lambda: routing.LAYER.for_write(path.canonical, False, False))
+        redirected = layer_call(path, lambda: intercept.LAYER.for_write(path.canonical, False, False))
         if redirected is None:
             return original(payload, file, *args, **kwargs)
         try:
@@ -57,11 +57,11 @@ def _sqlite_connect(original, database, *args, **kwargs):
     path = None if kwargs.get("uri") or database in (":memory:", b":memory:", "") else user_path(database)
     if path is None:
         return original(database, *args, **kwargs)
-    redirected = layer_call(path, lambda: routing.LAYER.for_write(path.canonical, True, False))
+    redirected = layer_call(path, lambda: intercept.LAYER.for_write(path.canonical, True, False))
     for suffix in ("-journal", "-wal", "-shm"):  # the database's own files travel with it
         sibling = path.canonical + suffix
-        if os.path.lexists(sibling) or (redirected and os.path.lexists(routing.LAYER.up(sibling))):
-            layer_call(path, lambda sibling=sibling: routing.LAYER.for_write(sibling, True, False))
+        if os.path.lexists(sibling) or (redirected and os.path.lexists(intercept.LAYER.up(sibling))):
+            layer_call(path, lambda sibling=sibling: intercept.LAYER.for_write(sibling, True, False))
     return call_with(original, path, redirected, args, kwargs)
 
 

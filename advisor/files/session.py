@@ -22,7 +22,7 @@ from advisor.files.journal import WRITTEN_LOG, tree_size
 from advisor.files.log import read_log
 from advisor.files.scope import compiler_caches
 from advisor.files.shadow import EVENTS_LOG
-from advisor.report.model import ExperimentRun, FileChange, FilesRecord
+from advisor.report.schema import ExperimentRun, FileChange, FilesRecord
 
 OUTPUT_HEAD = 600  # characters of each experiment run's output kept for the report
 

@@ -14,7 +14,7 @@ import threading
 from typing import Callable
 
 from advisor.files.gate import GATE
-from advisor.files.routing import suspended
+from advisor.files.intercept import suspended
 
 FIFO = "stop.fifo"
 _handler: Callable[[], None] | None = None

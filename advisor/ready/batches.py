@@ -13,7 +13,7 @@ BATCH_HOOK = "make_inputs"
 
 
 def batch_maker(target: Any) -> Callable[[int], Any]:
-    from advisor.target import call_user, check_inputs
+    from advisor.workload.target import call_user, check_inputs
 
     hook = getattr(target.module, BATCH_HOOK, None) if target.module is not None else None
     if hook is not None and callable(hook):

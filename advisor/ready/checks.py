@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from advisor.ready.evidence import Blocker, ReadyEvidence
-from advisor.ready.model import CHECK_IDS, LatencyRow, Readiness, ReadyCheck
-from advisor.rule import Location
+from advisor.ready.measured import Blocker, ReadyEvidence
+from advisor.report.readiness import CHECK_IDS, LatencyRow, Readiness, ReadyCheck
+from advisor.rulekit.rule import Location
 
 MEMORY_WARN_SHARE = 0.8  # of the device's memory, at the largest batch size
 COLD_START_WARN_MS = 1000.0  # a first call this much slower than a warm one is felt by the first user

@@ -12,10 +12,10 @@ from typing import Any, Callable
 import torch
 
 from advisor.capture.graph import capture_graph
-from advisor.ready.evidence import Blocker, CompileEvidence, Recompile, RecompileEvidence
+from advisor.ready.measured import Blocker, CompileEvidence, Recompile, RecompileEvidence
 from advisor.ready.places import first_line, named_in
-from advisor.rule import Location
-from advisor.target import call_model
+from advisor.rulekit.rule import Location
+from advisor.workload.target import call_model
 
 _GUARD_FAILURE = re.compile(r"^\s*- \d+/\d+: (?P<guard>.+)$")
 # a size's lower bound of 2 alone is Dynamo's own 0/1 specialisation, whatever line first used the size

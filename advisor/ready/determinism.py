@@ -8,11 +8,11 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from advisor.ready.evidence import Blocker, DeterminismEvidence
-from advisor.rule import Location
+from advisor.ready.measured import Blocker, DeterminismEvidence
+from advisor.rulekit.rule import Location
 from advisor.sources import user_frame
-from advisor.target import call_model
 from advisor.verify.numerics import compare, tensors_of
+from advisor.workload.target import call_model
 
 
 def measure_determinism(model: torch.nn.Module, inputs: Any) -> DeterminismEvidence:

@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from advisor.ready.evidence import Blocker, ExportEvidence
+from advisor.ready.measured import Blocker, ExportEvidence
 from advisor.ready.places import first_line, named_in, raised_at
 
 

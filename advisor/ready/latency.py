@@ -15,11 +15,11 @@ from typing import Any, Callable
 
 import torch
 
-from advisor.ready.evidence import MemoryBudget
-from advisor.ready.model import LatencyRow, Percentile
+from advisor.ready.measured import MemoryBudget
 from advisor.ready.places import first_line, raised_at
-from advisor.target import call_model
-from advisor.timing import timer_for
+from advisor.report.readiness import LatencyRow, Percentile
+from advisor.workload.target import call_model
+from advisor.workload.timing import timer_for
 
 WARMUP_CALLS = 5
 MIN_SAMPLES = 50

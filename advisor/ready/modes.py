@@ -9,11 +9,11 @@ from typing import Any
 
 import torch
 
-from advisor.ready.evidence import Blocker, ModesEvidence, TrainingModule
+from advisor.ready.measured import Blocker, ModesEvidence, TrainingModule
 from advisor.ready.places import first_line, raised_at
-from advisor.rule import Location
-from advisor.target import call_model
-from advisor.timing import timer_for
+from advisor.rulekit.rule import Location
+from advisor.workload.target import call_model
+from advisor.workload.timing import timer_for
 
 # modules whose output depends on the training flag
 TRAINING_DEPENDENT = (torch.nn.modules.dropout._DropoutNd, torch.nn.modules.batchnorm._BatchNorm,

@@ -7,7 +7,7 @@ import os
 import re
 
 from advisor.errors import user_location
-from advisor.rule import Location
+from advisor.rulekit.rule import Location
 from advisor.sources import is_library_path
 
 _QUOTED_FRAME = re.compile(r'File "?(?P<file>[^",\n]+?)"?, line(?:no)? (?P<line>\d+)')

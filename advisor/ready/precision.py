@@ -8,11 +8,11 @@ from typing import Any
 
 import torch
 
-from advisor.ready.evidence import Blocker, PrecisionEvidence
+from advisor.ready.measured import Blocker, PrecisionEvidence
 from advisor.ready.places import first_line, raised_at
-from advisor.target import call_model
-from advisor.timing import timer_for
 from advisor.verify.numerics import compare, tensors_of
+from advisor.workload.target import call_model
+from advisor.workload.timing import timer_for
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 CALLS = 20

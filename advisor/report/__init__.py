@@ -1,5 +1,5 @@
 """The Report schema and its renderings (JSON, HTML, terminal)."""
 
-from advisor.report.model import Report
+from advisor.report.schema import Report
 
 __all__ = ["Report"]

@@ -9,7 +9,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from advisor.report.paths import short_path
 
 if TYPE_CHECKING:
-    from advisor.report.model import Report
+    from advisor.report.schema import Report
 
 _ENV = Environment(
     loader=PackageLoader("advisor.report", "templates"),

@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from advisor.report.paths import short_path
-from advisor.rule import Finding, Verification
+from advisor.rulekit.rule import Finding, Verification
 
 if TYPE_CHECKING:
-    from advisor.report.model import Report
+    from advisor.report.schema import Report
 
 _ICONS = {"high": "🔴", "medium": "🟠", "low": "🔵", "info": "⚪"}
 

@@ -7,10 +7,10 @@ import json
 import os
 from typing import TYPE_CHECKING
 
-from advisor.rule import Finding
+from advisor.rulekit.rule import Finding
 
 if TYPE_CHECKING:
-    from advisor.report.model import Report
+    from advisor.report.schema import Report
 
 SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 _LEVELS = {"high": "error", "medium": "warning", "low": "note", "info": "note"}

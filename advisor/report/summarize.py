@@ -7,9 +7,9 @@ import os
 from collections import Counter, defaultdict
 
 from advisor.evidence import Evidence, GraphCapture
-from advisor.kineto import SYNC_RUNTIME_CALLS, Op, Trace
-from advisor.opsets import LAYOUT_COPY_OPS, MATMUL_OPS
-from advisor.report.model import GraphSummary, OpShare, Performance, TimelineBar, TraceSummary
+from advisor.opnames import LAYOUT_COPY_OPS, MATMUL_OPS
+from advisor.report.schema import GraphSummary, OpShare, Performance, TimelineBar, TraceSummary
+from advisor.trace.parse import SYNC_RUNTIME_CALLS, Op, Trace
 
 TOP_OPS = 12
 TIMELINE_BARS = 400

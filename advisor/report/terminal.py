@@ -7,10 +7,10 @@ from typing import TYPE_CHECKING
 import click
 
 from advisor.report.paths import short_path
-from advisor.rule import Verification
+from advisor.rulekit.rule import Verification
 
 if TYPE_CHECKING:
-    from advisor.report.model import FilesRecord, Report
+    from advisor.report.schema import FilesRecord, Report
 
 _COLOURS = {"high": "red", "medium": "yellow", "low": "cyan", "info": "white"}
 

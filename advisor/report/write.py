@@ -6,7 +6,7 @@ import os
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from advisor.report.model import Report
+    from advisor.report.schema import Report
 
 FORMATS = ("html", "json", "md", "sarif")
 

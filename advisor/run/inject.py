@@ -1,7 +1,7 @@
 """A rule's fix carried out inside a verification run of the unmodified script.
 
 The fix is the rule's own, the one ``audit`` measures: called on a Target describing the script's
-model, it returns a new Target (see ``advisor.fixing``), and its changes are made here, on the
+model, it returns a new Target (see ``advisor.rulekit.fixing``), and its changes are made here, on the
 script's live objects, in a throwaway process of the script:
 
 - at once, before the script builds anything: library flags and silenced calls (the Target's
@@ -24,13 +24,13 @@ from typing import Any, Callable
 
 import torch
 
-from advisor.rule import Finding, NotVerifiable
-from advisor.target import Target, single_process_consistent, to_channels_last
+from advisor.rulekit.rule import Finding, NotVerifiable
+from advisor.workload.target import Target, single_process_consistent, to_channels_last
 
 
 def fixed_target(spec: dict) -> tuple[Target, Target]:
     """(the script's target as it is, the target with every fix in ``spec["fixes"]`` applied)."""
-    from advisor.engine import load_rules
+    from advisor.rulekit.engine import load_rules
 
     baseline = Target(path=spec.get("script", ""), module=None, model=None, inputs=None,
                       mode="train" if spec.get("mode") == "train" else "inference",

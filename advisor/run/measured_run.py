@@ -28,7 +28,7 @@ class MeasuredRun:
         import torch
         from torch.optim.optimizer import register_optimizer_step_pre_hook
 
-        from advisor.rule import NotVerifiable
+        from advisor.rulekit.rule import NotVerifiable
         from advisor.run.first_results import FirstResults
         from advisor.run.inject import Injection, fixed_target, model_matcher, on_first_call
 

@@ -11,7 +11,7 @@ import threading
 from typing import TYPE_CHECKING
 
 from advisor.files import stop
-from advisor.files.routing import suspended
+from advisor.files.intercept import suspended
 
 if TYPE_CHECKING:
     from advisor.run.window import StepWindow

@@ -21,9 +21,9 @@ import sys
 import time
 from typing import Any
 
-from advisor.files import routing, stop
+from advisor.files import intercept, stop
 from advisor.files.gate import GATE
-from advisor.files.routing import suspended
+from advisor.files.intercept import suspended
 from advisor.run.failures import distributed, watch_failures
 from advisor.run.kinds import FORWARD, MARKER, OPTIMIZER, PROFILER_STEP, RANK
 from advisor.run.stopping import StopRequest
@@ -198,7 +198,7 @@ class StepWindow:
 
                 recorded.append(tree_map(lambda v: v.detach().clone() if hasattr(v, "detach") else v, args))
             if seen[2] is None:
-                from advisor.feed import describe
+                from advisor.workload.feed import describe
 
                 seen[2] = [describe(a) for a in args]
         self.depth += 1
@@ -244,7 +244,7 @@ class StepWindow:
         if self.warmup < self.count <= timed_end and self.last is not None:
             # the step as audit times it: compute, without the wait for the next batch (the data's share)
             # less the time advisor's journal spent keeping copies of the files the step changed (first writes)
-            kept = getattr(routing.LAYER, "spent", 0.0) - self.journal_spent
+            kept = getattr(intercept.LAYER, "spent", 0.0) - self.journal_spent
             self.samples_ms.append((now - self.last - self.waiting - kept) * 1000)
             self.data_wait_ms.append(self.waiting * 1000)
         if self.count == timed_end and self.measure_only:
@@ -257,7 +257,7 @@ class StepWindow:
             self._write_calls(self.call_steps)
             self.finish(stopped=not self.full)
         self.waiting = 0.0
-        self.journal_spent = getattr(routing.LAYER, "spent", 0.0)
+        self.journal_spent = getattr(intercept.LAYER, "spent", 0.0)
         self.last = time.perf_counter()
 
     def _drop_forward_hooks(self) -> None:
@@ -307,8 +307,8 @@ class StepWindow:
             self._watch_calls()
             return
 
-        from advisor.capture.sources import SourceAnnotator
-        from advisor.kineto import ANNOTATED_MARKER
+        from advisor.capture.annotate import SourceAnnotator
+        from advisor.trace.parse import ANNOTATED_MARKER
 
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
         self.profiler = profile(activities=activities, record_shapes=True, with_stack=True)
@@ -355,7 +355,7 @@ class StepWindow:
                 self.write("window.json", measured)  # first: describing takes seconds, and torchrun may stop a rank
                 if not interrupted or self.samples_ms:
                     try:
-                        from advisor.run.describe import describe_run
+                        from advisor.run.describe_run import describe_run
 
                         describe_run(self)
                     except Exception as failure:  # noqa: BLE001 - what was measured is still written

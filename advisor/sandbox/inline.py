@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 
 from advisor.errors import StageError
-from advisor.sandbox.stages import run_stages
+from advisor.sandbox.registry import run_stages
 from advisor.sandbox.supervisor import CaptureRun, StageOutcome
 
 

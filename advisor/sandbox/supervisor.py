@@ -22,7 +22,7 @@ from typing import Callable
 
 from advisor.errors import StageError
 from advisor.files import stop
-from advisor.sandbox.stages import STAGES
+from advisor.sandbox.registry import STAGES
 
 BOOT_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "run", "boot")
 STOP_WAIT_S = 30.0  # a stopped child: its writes in flight finish before it ends

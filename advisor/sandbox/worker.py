@@ -15,8 +15,8 @@ from typing import Any
 
 from advisor.errors import StageError
 from advisor.files import stop
-from advisor.files.routing import suspended
-from advisor.sandbox.stages import STAGES, run_stages
+from advisor.files.intercept import suspended
+from advisor.sandbox.registry import STAGES, run_stages
 
 
 class Channel:

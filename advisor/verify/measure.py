@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 import torch
 
-from advisor.timing import timer_for
+from advisor.workload.timing import timer_for
 
 BOOTSTRAP_RESAMPLES = 2000
 

@@ -7,9 +7,9 @@ declared reason; the rest go to the measuring stage in order of their share of t
 
 from __future__ import annotations
 
-from advisor.engine import RuleSet
 from advisor.records import Field, Record
-from advisor.rule import Finding, Verification
+from advisor.rulekit.engine import RuleSet
+from advisor.rulekit.rule import Finding, Verification
 
 
 class MeasuredFixes(Record):

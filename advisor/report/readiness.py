@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from advisor.records import Field, Record
-from advisor.rule import Location
+from advisor.rulekit.rule import Location
 
 CheckStatus = Literal["pass", "warn", "fail", "skipped"]
 CHECK_IDS = ("eval-mode", "inference-mode", "export", "compile", "recompiles", "determinism", "latency-budget",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 from typing import Iterable
 
-from advisor.kineto import Op, Trace
+from advisor.trace.parse import Op, Trace
 
 # Matrix multiplies and convolutions: the work tensor cores and reduced precision speed up.
 MATMUL_OPS = frozenset({

@@ -29,7 +29,7 @@ def describe_run(window: StepWindow) -> None:
     """The model, optimizer and environment as the script set them up (target.json, env.json)."""
     import torch
 
-    from advisor.capture.describe import describe_model, describe_optimizer
+    from advisor.capture.describe_target import describe_model, describe_optimizer
     from advisor.capture.env import capture_environment
     from advisor.evidence import TargetInfo
 

@@ -29,7 +29,7 @@ import torch
 from torch.utils._pytree import tree_flatten
 
 from advisor.errors import AuditError, StageError, from_exception
-from advisor.feed import BATCHES_AHEAD, INPUTS_HOOK, Feed, FeedSource, default_inputs, describe, from_loader, on_device
+from advisor.workload.feed import BATCHES_AHEAD, INPUTS_HOOK, Feed, FeedSource, default_inputs, describe, from_loader, on_device
 
 MODES = ("train", "inference")
 FETCH_DEADLINE_S = 60.0  # the loader's first batches must come within this (the spec may set less)

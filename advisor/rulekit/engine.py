@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from advisor.evidence import Evidence
-from advisor.gc_pause import gc_paused
-from advisor.rule import Finding, Rule, Severity, Thresholds, capped_by_share
+from advisor.rulekit.rule import Finding, Rule, Severity, Thresholds, capped_by_share
+from advisor.trace.gc_pause import gc_paused
 
 try:  # CPython's own SHA-1: hashlib's digest, without loading OpenSSL (3-10 ms of every start)
     from _sha1 import sha1

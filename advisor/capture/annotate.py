@@ -16,8 +16,8 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
-from advisor.kineto import SOURCE_ANNOTATION
 from advisor.sources import user_frame
+from advisor.trace.parse import SOURCE_ANNOTATION
 
 # Attribute reads and metadata queries run no operator; annotating them only adds noise.
 _QUIET = {

@@ -10,8 +10,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Callable
 
-from advisor.assembly import assemble_report, verify_findings
-from advisor.engine import RuleConfig
+from advisor.commands.audit import AuditResult
 from advisor.errors import StageError
 from advisor.evidence import (
     CallSite,
@@ -26,15 +25,16 @@ from advisor.evidence import (
     TargetInfo,
 )
 from advisor.files.session import FileSession
-from advisor.kineto import TraceFormatError, parse_trace
-from advisor.pipeline import AuditResult
-from advisor.rank_traces import RankTrace, summarize_file
-from advisor.report.model import ModelOutput, StageRecord, VerificationSettings
+from advisor.report.assembly import assemble_report, verify_findings
+from advisor.report.schema import ModelOutput, StageRecord, VerificationSettings
+from advisor.rulekit.engine import RuleConfig
+from advisor.run.arms import RunVerifier
 from advisor.run.kinds import FORWARD, MARKER, OPTIMIZER, PROFILER_STEP
 from advisor.run.launch import ScriptRun, discard, launch
-from advisor.run.verify import RunVerifier
 from advisor.sources import is_library_path
-from advisor.timing import summarize
+from advisor.trace.parse import TraceFormatError, parse_trace
+from advisor.trace.ranks import RankTrace, summarize_file
+from advisor.workload.timing import summarize
 
 STEP_KINDS = {OPTIMIZER: "each optimizer step", FORWARD: "each call of the outermost module",
               PROFILER_STEP: "each of the script's own prof.step() calls", MARKER: "each return of --step-marker"}

@@ -264,7 +264,7 @@ class Rule:
 
         Use bare (``@check.fix``) or with the numerical tolerance the change allows
         (``@check.fix(tolerance=0.05, what="bf16 autocast")``). The fix returns a new Target
-        (see ``advisor.fixing``); it never mutates the one it is given. ``needs_cuda="why"``
+        (see ``advisor.rulekit.fixing``); it never mutates the one it is given. ``needs_cuda="why"``
         declares a change that only shows on a CUDA device; ``expected=fn(finding)`` returns the
         reason a finding cannot be measured (or None). Both are decided before any model runs.
         A fix may still raise NotVerifiable when the device it runs on lacks what it needs.

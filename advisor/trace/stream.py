@@ -7,7 +7,7 @@ import re
 import zlib
 from typing import Any, Iterator
 
-from advisor.text_chunks import TextChunks
+from advisor.trace.chunks import TextChunks
 
 
 class TraceFormatError(ValueError):

@@ -22,9 +22,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from advisor.engine import RuleSet
 from advisor.files.session import FileSession
-from advisor.rule import Finding, Verification
+from advisor.rulekit.engine import RuleSet
+from advisor.rulekit.rule import Finding, Verification
 from advisor.run import first_results
 from advisor.run.launch import launch
 from advisor.verify.measure import ABResult, verdict

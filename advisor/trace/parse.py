@@ -14,10 +14,10 @@ import operator
 import os
 from typing import Any
 
-from advisor.gc_pause import gc_paused
 from advisor.sources import is_library_path
-from advisor.trace_model import DeviceEvent, Op, SourceCall, SourceRef, Span, Trace
-from advisor.trace_stream import EventStream, TraceFormatError
+from advisor.trace.gc_pause import gc_paused
+from advisor.trace.model import DeviceEvent, Op, SourceCall, SourceRef, Span, Trace
+from advisor.trace.stream import EventStream, TraceFormatError
 
 __all__ = ["DeviceEvent", "Op", "SourceCall", "SourceRef", "Span", "Trace", "TraceFormatError", "parse_trace",
            "SOURCE_ANNOTATION", "ANNOTATED_MARKER", "STEP_PREFIX", "OPTIMIZER_STEP_PREFIX",

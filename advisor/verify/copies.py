@@ -17,15 +17,15 @@ from typing import Any, Callable
 import torch
 from torch.utils._pytree import tree_map
 
-from advisor.engine import RuleSet
-from advisor.feed import Feed
-from advisor.rule import Finding, FixSpec, NotVerifiable, Verification
-from advisor.step import make_step
-from advisor.target import Target, call_user
+from advisor.rulekit.engine import RuleSet
+from advisor.rulekit.rule import Finding, FixSpec, NotVerifiable, Verification
 from advisor.verify.compiled import WatchedRewrite, eager_random_in_compiled_code
 from advisor.verify.measure import interleave, verdict
 from advisor.verify.numerics import compare, gradients_after, outputs_after
 from advisor.verify.plan import MeasuredFixes
+from advisor.workload.feed import Feed
+from advisor.workload.step import make_step
+from advisor.workload.target import Target, call_user
 
 WARMUP_STEPS = 3
 MIN_PAIRS = 10

@@ -14,7 +14,7 @@ import traceback
 from typing import Any, Callable, Protocol
 
 from advisor.errors import AuditError, StageError
-from advisor.ready.stages import READY_RUNNERS
+from advisor.ready.probes import READY_RUNNERS
 
 # calls runs before trace: a step that starts its own profiler cannot be profiled (nested Kineto
 # sessions crash the process), and the watched calls tell in advance.
@@ -84,29 +84,29 @@ def _throttled(send: Callable[[str], None], interval_s: float = 1.0) -> Callable
 
 
 def _load(state: dict, progress: Callable[[str], None]) -> str:
-    from advisor.target import load_target
+    from advisor.workload.target import load_target
 
     spec = state["spec"]
     deadline = spec.get("fetch_deadline_s", 60.0)
     if "target" not in state:  # the Python API hands over a live target
         state["target"] = load_target(spec["model_file"], spec.get("mode", "auto"), spec.get("device", "auto"), deadline)
     state["target"].prepare_feed(deadline)
-    from advisor.capture.describe import describe_target
+    from advisor.capture.describe_target import describe_target
 
     return describe_target(state["target"]).model_dump_json()
 
 
 def _env(state: dict, progress: Callable[[str], None]) -> str:
     from advisor.capture.env import capture_environment
-    from advisor.files.routing import suspended
+    from advisor.files.intercept import suspended
 
     with suspended():  # advisor's own probing (platform runs `uname -p`): not the user's doing
         return capture_environment(state["target"].device).model_dump_json()
 
 
 def _timing(state: dict, progress: Callable[[str], None]) -> str:
-    from advisor.step import make_step, run_user_step
-    from advisor.timing import time_steps
+    from advisor.workload.step import make_step, run_user_step
+    from advisor.workload.timing import time_steps
 
     target = state["target"]
     spec = state["spec"]
@@ -122,7 +122,7 @@ def _timing(state: dict, progress: Callable[[str], None]) -> str:
 
 def _trace(state: dict, progress: Callable[[str], None]) -> str | None:
     from advisor.capture.profile import record_trace
-    from advisor.step import make_step, run_user_step
+    from advisor.workload.step import make_step, run_user_step
 
     if state.get("step_profiles_itself"):
         state["skip_reason"] = ("the step starts its own profiler (see debug-apis); profilers cannot nest, so "
@@ -145,8 +145,8 @@ def _flops(state: dict, progress: Callable[[str], None]) -> str:
     import torch
 
     from advisor.capture.flops import count_flops
-    from advisor.step import make_step
-    from advisor.target import call_model, call_user
+    from advisor.workload.step import make_step
+    from advisor.workload.target import call_model, call_user
 
     target = state["target"]
     step = make_step(target, *target.fresh())
@@ -183,8 +183,8 @@ def _graph(state: dict, progress: Callable[[str], None]) -> str:
 
 
 def _calls(state: dict, progress: Callable[[str], None]) -> str:
+    from advisor.capture.autocast import step_autocast, watching_autocast
     from advisor.capture.calls import PROFILERS, watch_step_calls
-    from advisor.capture.precision import step_autocast, watching_autocast
 
     with watching_autocast() as seen:
         sites = watch_step_calls(state["target"])
@@ -200,7 +200,7 @@ def _routing(state: dict, progress: Callable[[str], None]) -> str:
 
 def _data(state: dict, progress: Callable[[str], None]) -> str | None:
     from advisor.capture.data import measure_loader
-    from advisor.target import call_user
+    from advisor.workload.target import call_user
 
     target = state["target"]
     if target.get_dataloader is None:
@@ -217,9 +217,9 @@ def _data(state: dict, progress: Callable[[str], None]) -> str | None:
 
 
 def _verify(state: dict, progress: Callable[[str], None]) -> str:
-    from advisor.engine import load_rules
-    from advisor.rule import Finding
-    from advisor.verify.run import verify_all
+    from advisor.rulekit.engine import load_rules
+    from advisor.rulekit.rule import Finding
+    from advisor.verify.copies import verify_all
 
     spec = state["spec"]
     ruleset = load_rules(spec.get("rule_dirs", []))
@@ -233,4 +233,4 @@ STAGE_RUNNERS: dict[str, Callable[[dict, Callable[[str], None]], str | None]] = 
     "load": _load, "env": _env, "timing": _timing, "trace": _trace, "flops": _flops, "graph": _graph,
     "calls": _calls, "routing": _routing, "data": _data, "verify": _verify,
 }
-STAGE_RUNNERS.update(READY_RUNNERS)  # advisor ready's stages, in advisor/ready/stages.py
+STAGE_RUNNERS.update(READY_RUNNERS)  # advisor ready's stages, in advisor/ready/probes.py

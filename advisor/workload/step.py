@@ -13,8 +13,8 @@ from typing import Any, Callable
 import torch
 
 from advisor.errors import AuditError
-from advisor.feed import Feed, describe
-from advisor.target import Target, call_model, call_user, default_loss
+from advisor.workload.feed import Feed, describe
+from advisor.workload.target import Target, call_model, call_user, default_loss
 
 
 def synchronize(device: torch.device) -> None:

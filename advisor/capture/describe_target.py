@@ -7,8 +7,8 @@ from typing import Any
 import torch
 
 from advisor.evidence import TargetInfo
-from advisor.feed import describe
-from advisor.target import Target, batch_size, describe_inputs
+from advisor.workload.feed import describe
+from advisor.workload.target import Target, batch_size, describe_inputs
 
 
 def describe_target(target: Target) -> TargetInfo:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from advisor.ready.model import LatencyRow
 from advisor.records import Field, Record
-from advisor.rule import Location
+from advisor.report.readiness import LatencyRow
+from advisor.rulekit.rule import Location
 
 
 class Blocker(Record):

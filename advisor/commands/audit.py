@@ -8,8 +8,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from advisor.assembly import assemble_report, failed, verify_findings
-from advisor.engine import RuleConfig
 from advisor.errors import StageError
 from advisor.evidence import (
     CallSite,
@@ -23,11 +21,13 @@ from advisor.evidence import (
     Timing,
 )
 from advisor.files.session import FileSession
-from advisor.kineto import TraceFormatError, parse_trace
-from advisor.report.model import ModelOutput, Report, StageRecord, VerificationSettings
-from advisor.rule import Finding, Verification
-from advisor.sandbox.stages import VERIFY_STAGES
+from advisor.report.assembly import assemble_report, failed, verify_findings
+from advisor.report.schema import ModelOutput, Report, StageRecord, VerificationSettings
+from advisor.rulekit.engine import RuleConfig
+from advisor.rulekit.rule import Finding, Verification
+from advisor.sandbox.registry import VERIFY_STAGES
 from advisor.sandbox.supervisor import CaptureRun, run_capture
+from advisor.trace.parse import TraceFormatError, parse_trace
 from advisor.verify.plan import MeasuredFixes
 
 VERIFY_MARGIN_S = 120  # compile time and start-up beyond the measuring budget

@@ -1,6 +1,6 @@
 """The trace data model: CPU ops, annotated user calls, GPU activity, steps — and queries on them.
 
-Built by ``advisor.kineto.parse_trace``; rules read it. Times are microseconds.
+Built by ``advisor.trace.parse.parse_trace``; rules read it. Times are microseconds.
 """
 
 from __future__ import annotations

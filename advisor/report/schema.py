@@ -11,9 +11,9 @@ from datetime import datetime, timezone
 
 from advisor.errors import StageError
 from advisor.evidence import DataLoaderInfo, Environment, FlopCount, GraphBreak, RankSummary, TargetInfo, Timing
-from advisor.ready.model import Readiness
 from advisor.records import Field, Record
-from advisor.rule import Finding, Layer, Verification
+from advisor.report.readiness import Readiness
+from advisor.rulekit.rule import Finding, Layer, Verification
 
 SCHEMA_VERSION = "1.0"
 
@@ -173,7 +173,7 @@ class Report(Record):
         if self.readiness is not None:
             failing = {"fail", "warn"} if fail_on == "warn" else {"fail"}
             return 1 if any(check.status in failing for check in self.readiness.checks) else 0
-        from advisor.rule import Severity
+        from advisor.rulekit.rule import Severity
 
         return 1 if self.worst_severity_rank() >= Severity(fail_on).rank else 0
 

@@ -12,12 +12,12 @@ from __future__ import annotations
 from typing import Callable
 
 from advisor import __version__
-from advisor.engine import RuleConfig
 from advisor.errors import StageError
 from advisor.evidence import Evidence
-from advisor.report.model import ModelOutput, Report, RuleProblemRecord, StageRecord, VerificationSettings
+from advisor.report.schema import ModelOutput, Report, RuleProblemRecord, StageRecord, VerificationSettings
 from advisor.report.summarize import summarize_graph, summarize_performance, summarize_trace
-from advisor.rule import Finding, Severity, Verification
+from advisor.rulekit.engine import RuleConfig
+from advisor.rulekit.rule import Finding, Severity, Verification
 from advisor.verify.plan import MeasuredFixes, plan_verification
 
 # Failures of these kinds leave the audit incomplete (exit 2); "unsupported" ones are noted only.

@@ -32,7 +32,7 @@ def _fresh(state: dict) -> tuple[Any, Any, Callable[[int], Any]]:
 
 
 def _user(state: dict, what: str, run: Callable[[], Any]) -> Any:
-    from advisor.target import call_user
+    from advisor.workload.target import call_user
 
     return call_user("ready", state["target"].path, what, run)
 
@@ -40,9 +40,9 @@ def _user(state: dict, what: str, run: Callable[[], Any]) -> Any:
 def _cold(state: dict, progress: Callable[[str], None]) -> str:
     import torch
 
-    from advisor.ready.evidence import ColdStartEvidence
-    from advisor.target import call_model
-    from advisor.timing import timer_for
+    from advisor.ready.measured import ColdStartEvidence
+    from advisor.workload.target import call_model
+    from advisor.workload.timing import timer_for
 
     model, inputs, _ = _fresh(state)
     timer = timer_for(state["target"].device)

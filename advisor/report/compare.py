@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 
 from jinja2 import Environment, select_autoescape
 
-from advisor.report.model import Report
-from advisor.rule import Finding
+from advisor.report.schema import Report
+from advisor.rulekit.rule import Finding
 
 
 class DiffInputError(ValueError):

@@ -8,11 +8,9 @@ import os
 from dataclasses import dataclass, field
 from typing import Callable
 
-from advisor.assembly import assemble_report
-from advisor.engine import RuleConfig
-from advisor.pipeline import AuditResult, build_evidence, stage_records
+from advisor.commands.audit import AuditResult, build_evidence, stage_records
 from advisor.ready.checks import ReadyOptions, decide
-from advisor.ready.evidence import (
+from advisor.ready.measured import (
     ColdStartEvidence,
     CompileEvidence,
     DeterminismEvidence,
@@ -23,9 +21,11 @@ from advisor.ready.evidence import (
     ReadyEvidence,
     RecompileEvidence,
 )
-from advisor.ready.model import LatencyRow
-from advisor.ready.stages import READY_STAGES
-from advisor.report.model import ModelOutput, VerificationSettings
+from advisor.ready.probes import READY_STAGES
+from advisor.report.assembly import assemble_report
+from advisor.report.readiness import LatencyRow
+from advisor.report.schema import ModelOutput, VerificationSettings
+from advisor.rulekit.engine import RuleConfig
 from advisor.sandbox.supervisor import CaptureRun, run_capture
 
 DEFAULT_BATCH_SIZES = (1, 8, 32)

@@ -13,8 +13,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from advisor.kineto import Trace, parse_trace
-from advisor.opsets import COLLECTIVE_CALL_PREFIX, is_collective, is_collective_call
+from advisor.opnames import COLLECTIVE_CALL_PREFIX, is_collective, is_collective_call
+from advisor.trace.parse import Trace, parse_trace
 
 MAX_WORKERS = 4  # each holds one parsed trace at a time: more would raise the peak more than the speed
 

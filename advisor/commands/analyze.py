@@ -5,13 +5,13 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from advisor.assembly import assemble_report
-from advisor.engine import RuleConfig
 from advisor.errors import StageError
 from advisor.evidence import Environment, Evidence, TargetInfo
-from advisor.kineto import Trace, TraceFormatError
-from advisor.rank_traces import RankTrace, parse_ranks
-from advisor.report.model import Report, VerificationSettings
+from advisor.report.assembly import assemble_report
+from advisor.report.schema import Report, VerificationSettings
+from advisor.rulekit.engine import RuleConfig
+from advisor.trace.parse import Trace, TraceFormatError
+from advisor.trace.ranks import RankTrace, parse_ranks
 
 TRACE_SUFFIXES = (".json", ".json.gz")
 

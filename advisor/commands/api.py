@@ -13,13 +13,13 @@ from typing import Any, Callable
 
 import torch
 
-from advisor.assembly import assemble_report, verify_findings
-from advisor.engine import RuleConfig
-from advisor.pipeline import build_evidence, stage_records
-from advisor.report.model import Report, VerificationSettings
+from advisor.commands.audit import build_evidence, stage_records
+from advisor.report.assembly import assemble_report, verify_findings
+from advisor.report.schema import Report, VerificationSettings
+from advisor.rulekit.engine import RuleConfig
 from advisor.sandbox.inline import run_inline
-from advisor.sandbox.stages import STAGES
-from advisor.target import Target, resolve_device
+from advisor.sandbox.registry import STAGES
+from advisor.workload.target import Target, resolve_device
 
 
 def audit(
@@ -60,7 +60,7 @@ def audit(
                              verification=VerificationSettings(enabled=verify, budget_s=budget))
 
     def measure_here(findings):
-        from advisor.verify.run import verify_all
+        from advisor.verify.copies import verify_all
 
         return verify_all(target, config.ruleset, findings, budget)
 

@@ -1,0 +1,2 @@
+"""Kineto traces: the streaming reader, the parser, the trace model, rank summaries.
+"""
