@@ -1,6 +1,8 @@
-"""advisor: a PyTorch performance auditor."""
+"""advisor: a PyTorch performance auditor. From Python: ``advisor.audit(model, inputs)``."""
 
-__version__ = "0.1.0"
+from advisor.version import __version__
+
+__all__ = ["__version__", "audit"]
 
 
 def audit(model, inputs, **options):

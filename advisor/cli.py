@@ -8,7 +8,6 @@ import traceback
 
 import click
 
-from advisor import __version__
 from advisor.commands.analyze import AnalyzeOptions, run_analyze
 from advisor.errors import stop_name, stop_on_signals
 from advisor.report.terminal import print_problems, print_summary
@@ -16,6 +15,7 @@ from advisor.report.write import FORMATS, write_reports
 from advisor.rulekit.engine import SettingError, load_rules
 from advisor.rulekit.rule import SHARE_LEVELS, Severity
 from advisor.trace.gc_pause import gc_paused
+from advisor.version import __version__
 
 EXIT_FAILED = 2
 SHADOW_LIMIT_HELP = ("Most an experiment run's shadow of your files may hold, and the copies kept of what the audited "

@@ -8,11 +8,7 @@ import traceback
 from types import TracebackType
 
 from advisor.records import Record
-
-_LIBRARY_DIRS = tuple(
-    os.path.dirname(p) + os.sep
-    for p in (os.__file__, traceback.__file__)
-) + ("<",)
+from advisor.sources import is_library_path
 
 
 class StageError(Record):
@@ -62,12 +58,6 @@ class AuditError(Exception):
         self.error = error
 
 
-def _is_library(filename: str) -> bool:
-    if filename.startswith(_LIBRARY_DIRS):
-        return True
-    return any(part in filename for part in ("site-packages", "dist-packages", f"{os.sep}advisor{os.sep}"))
-
-
 def user_location(tb: TracebackType | None, prefer_file: str | None = None) -> tuple[str, int, str]:
     """Innermost traceback frame in ``prefer_file``, else in any non-library file."""
     frames = traceback.extract_tb(tb) if tb is not None else []
@@ -79,7 +69,7 @@ def user_location(tb: TracebackType | None, prefer_file: str | None = None) -> t
             break
     if chosen is None:
         for frame in reversed(frames):
-            if not _is_library(frame.filename):
+            if not is_library_path(frame.filename):
                 chosen = frame
                 break
     if chosen is None:

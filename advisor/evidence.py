@@ -1,4 +1,5 @@
-"""The facts that rules read: target, environment, timing, graph, trace, data loader.
+"""The facts that rules read: target, environment, timing, graph, trace, data loader; and the records
+every layer shares about them (a Location in the user's source, a Margin against a threshold).
 
 Capture writes these; rules only read them. Every part but the target may be missing (``None``)
 when its stage failed or did not apply; rules must check before reading.
@@ -6,6 +7,7 @@ when its stage failed or did not apply; rules must check before reading.
 
 from __future__ import annotations
 
+import linecache
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
@@ -16,9 +18,56 @@ from advisor.trace.ranks import RankTrace
 if TYPE_CHECKING:
     import networkx as nx
 
-    from advisor.rulekit.rule import Margin
-
 SHARE_NOISE_FLOOR = 0.1  # a share measured over a few profiled steps moves at least this much (relative)
+
+SNIPPET_CONTEXT = 2  # source lines shown above and below a location
+
+
+class Location(Record):
+    """A place in the user's source: file, line and the text of that line."""
+
+    file: str
+    line: int
+    code: str = ""
+    function: str = ""
+    count_per_step: float | None = None
+    note: str = ""
+    snippet: list[tuple[int, str]] = Field(default_factory=list, description="numbered source lines around it")
+
+    def label(self) -> str:
+        if not self.file:
+            return f"in {self.function}" if self.function else "(unknown place)"
+        return f"{self.file}:{self.line}"
+
+    @classmethod
+    def at(cls, file: str, line: int, **fields: Any) -> "Location":
+        """A location with its code line read from the source file (when it can be read)."""
+        code = linecache.getline(file, line).strip() if file and line > 0 else ""
+        snippet = []
+        if file and line > 0:
+            for number in range(max(1, line - SNIPPET_CONTEXT), line + SNIPPET_CONTEXT + 1):
+                text = linecache.getline(file, number)
+                if text:
+                    snippet.append((number, text.rstrip("\n")))
+        return cls(file=file, line=line, code=fields.pop("code", "") or code, snippet=snippet, **fields)
+
+
+class Margin(Record):
+    """The measured value a rule held against its threshold, and how much that value moves run to run.
+
+    A finding whose value lies within its noise of the threshold is borderline: another run of the
+    same code may not report it, and ``advisor diff`` says so instead of calling it added or resolved.
+    """
+
+    quantity: str
+    value: float
+    threshold: float
+    noise: float = Field(description="the value's run-to-run uncertainty, in the value's unit")
+
+    @property
+    def borderline(self) -> bool:
+        return abs(self.value - self.threshold) <= self.noise
+
 
 class TargetInfo(Record):
     model_file: str
@@ -279,7 +328,6 @@ class Evidence(Record):
         """A share of the step against its threshold, with the share's run-to-run noise: the step
         time's spread (its coefficient of variation), at least SHARE_NOISE_FLOOR of the share for the
         profiled time it is divided into."""
-        from advisor.rulekit.rule import Margin
 
         spread = self.timing.cv if self.timing is not None else 0.0
         return Margin(quantity=quantity, value=round(share, 4), threshold=threshold,

@@ -1,11 +1,14 @@
-"""Families of profiler operators that rules reason about, and small helpers over a Trace."""
+"""The names of operators, once: profiler ops and kernels, FLOP-counter names, captured graph targets and
+the APIs rules and patterns recognise; and how a graph node's target is named (``target_name``).
+
+Names only (nothing here reads a trace or runs torch): what rules read from evidence with them is in
+``advisor.rulekit.helpers``."""
 
 from __future__ import annotations
 
 import functools
-from typing import Iterable
-
-from advisor.trace.parse import Op, Trace
+import operator
+from typing import Any
 
 # Matrix multiplies and convolutions: the work tensor cores and reduced precision speed up.
 MATMUL_OPS = frozenset({
@@ -31,37 +34,6 @@ LAYOUT_COPY_OPS = frozenset({"aten::contiguous", "aten::clone", "aten::_reshape_
 COLLECTIVE_MARKERS = ("nccl", "rccl")  # ncclKernel_*, ncclDevKernel_*, and ROCm's RCCL
 LOW_PRECISION_TYPES = frozenset({"c10::BFloat16", "c10::Half", "BFloat16", "Half", "c10::Float8_e4m3fn",
                                  "c10::Float8_e5m2"})
-
-
-def outermost(trace: Trace, names: Iterable[str]) -> list[Op]:
-    """Step ops in ``names`` not nested inside another op of ``names`` (no double counting)."""
-    family = frozenset(names)
-    return [o for o in trace.step_ops()
-            if o.name in family and (o.parent is None or trace.ops[o.parent].name not in family)]
-
-
-def is_contiguous(dims: list, strides: list) -> bool:
-    """Row-major contiguity from a profiler's Input Dims / Input Strides (size-1 dims ignored)."""
-    if not isinstance(dims, list) or not isinstance(strides, list) or len(dims) != len(strides):
-        return True  # unknown: assume nothing
-    expected = 1
-    for size, stride in zip(reversed(dims), reversed(strides)):
-        if not isinstance(size, int) or not isinstance(stride, int):
-            return True
-        if size != 1 and stride != expected:
-            return False
-        expected *= size
-    return True
-
-
-def is_broadcast(dims: list, strides: list) -> bool:
-    """A stride of 0 on a dimension longer than 1: an expanded (broadcast) view."""
-    return isinstance(dims, list) and isinstance(strides, list) and any(
-        isinstance(size, int) and size > 1 and stride == 0 for size, stride in zip(dims, strides))
-
-
-def low_precision(op: Op) -> bool:
-    return bool(op.input_types) and op.input_types[0] in LOW_PRECISION_TYPES
 
 
 COLLECTIVE_CALL_PREFIX = "c10d::"
@@ -90,12 +62,6 @@ GRAPH_BIAS_FIRST = frozenset({"addmm", "torch.addmm", "baddbmm", "torch.baddbmm"
 REDUCED_DTYPES = frozenset({"bfloat16", "float16"})  # torch dtype names, as evidence records them
 
 
-def is_ampere_or_newer(env) -> bool:
-    """An NVIDIA GPU of compute capability 8.0 or newer: bf16 and TF32 tensor cores."""
-    return (env is not None and env.gpu_capability is not None and tuple(env.gpu_capability) >= (8, 0)
-            and "AMD" not in env.device_name.upper())
-
-
 CONV_MODULES = frozenset({"Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d"})
 CONV_FUNCTIONS = frozenset({"F.conv1d", "F.conv2d", "F.conv3d", "F.conv_transpose1d", "F.conv_transpose2d",
                             "F.conv_transpose3d", "torch.conv1d", "torch.conv2d", "torch.conv3d"})
@@ -103,15 +69,78 @@ CONV_OPS = frozenset({"aten::convolution", "aten::cudnn_convolution", "aten::mkl
                       "aten::_convolution", "aten::miopen_convolution"})
 
 
-def convolution_sites(ev) -> list[tuple[str, int, str]]:
-    """Each convolution of the model once: (file, line, module path or op), graph first, else trace."""
-    sites: dict[tuple[str, int, str], None] = {}
-    if ev.graph is not None:
-        for node in ev.graph.calls():
-            if node.module_type in CONV_MODULES or node.target in CONV_FUNCTIONS:
-                sites[(node.file, node.line, node.module_path or node.target)] = None
-    elif ev.trace is not None:
-        for op in outermost(ev.trace, CONV_OPS):
-            file, line = (op.src.file, op.src.line) if op.src is not None else ("", 0)
-            sites[(file, line, op.name)] = None
-    return list(sites)
+# --- from misaligned_dims ------------------------------------------------------------
+TRACE_MATMULS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"}
+
+# --- from kernel_storm ------------------------------------------------------------
+RECURRENT_OPS = ("aten::sigmoid", "aten::tanh")  # a gated cell's nonlinearities
+
+# --- from sync_memcpy ------------------------------------------------------------
+BLOCKING_COPIES = {"cudaMemcpy", "cudaMemcpy2D", "hipMemcpy", "hipMemcpyWithStream", "hipMemcpy2D"}
+ASYNC_COPIES = {"cudaMemcpyAsync", "hipMemcpyAsync"}
+
+# --- from non_contiguous ------------------------------------------------------------
+LAYOUT_VIEWS = {"permute", "transpose", "t", "T", "mT", "swapaxes", "swapdims", "movedim", "expand",
+                "narrow", "unfold", "as_strided", "getitem", "diagonal", "select"}
+USER_COPY_APIS = {"Tensor.contiguous", "Tensor.clone", "Tensor.reshape", "torch.reshape", "Tensor.copy_",
+                  "torch.clone", "Tensor.flatten", "torch.flatten"}
+# Views that keep a transposed operand foldable into the GEMM; view/reshape/flatten of a strided
+# tensor need (or make) a contiguous copy, so a .contiguous() before them is not removable.
+KEEPS_TRANSPOSE = {"unsqueeze", "squeeze"}
+NEEDS_CONTIGUOUS = {"view", "reshape", "flatten", "torch.flatten", "torch.reshape"}
+
+# --- from redundant_copy ------------------------------------------------------------
+DTYPE_CONVERSIONS = {"float", "double", "half", "bfloat16", "to", "type"}
+
+# --- from tensor_creation_in_step ------------------------------------------------------------
+FROM_HOST = {"tensor", "as_tensor"}  # built from Python data on the host, then copied
+
+# --- from host_sync ------------------------------------------------------------
+# Indexing and views: a sync inside these comes from the user's index (a boolean mask).
+INDEXING_APIS = {"Tensor.__getitem__", "Tensor.__setitem__", "torch.where", "Tensor.index_select"}
+
+# --- from manual_attention ------------------------------------------------------------
+CAUSAL_BUILDERS = {"tril", "triu", "torch.tril", "torch.triu"}
+
+# --- from optimizer_foreach ------------------------------------------------------------
+FUSED_OPTIMIZERS = {"Adam", "AdamW", "SGD", "Adagrad"}
+
+# --- from patterns ------------------------------------------------------------
+SCORE_MATMULS = frozenset({"matmul", "torch.matmul", "bmm", "torch.bmm"})
+BADDBMM = frozenset({"baddbmm", "torch.baddbmm"})  # baddbmm(bias, q, kᵀ, beta=, alpha=): scores with a scale
+EINSUM = frozenset({"torch.einsum", "einsum"})
+SOFTMAX = frozenset({"F.softmax", "torch.softmax", "softmax"})
+MULTIPLY_SCALES = frozenset({"mul", "torch.mul", "mul_"})
+DIVIDE_SCALES = frozenset({"truediv", "torch.div", "div", "div_"})
+FILL_MASKS = frozenset({"masked_fill", "masked_fill_"})  # masked_fill(mask, -inf): the mask marks what to drop
+WHERE_MASKS = frozenset({"torch.where"})  # where(keep, scores, -inf)
+ADDITIVE_MASKS = frozenset({"add", "torch.add", "add_"})  # scores + (0 / -inf)
+CASTS = frozenset({"float", "to", "type_as", "type", "half", "bfloat16"})
+DROPOUT = frozenset({"F.dropout", "dropout"})
+# Factories whose result depends only on their arguments; with constant arguments, a constant.
+CONSTANT_FACTORIES = frozenset({
+    "tensor", "as_tensor", "arange", "ones", "zeros", "full", "eye", "linspace", "logspace", "scalar_tensor",
+})
+
+# --- from calls ------------------------------------------------------------
+PROFILERS = frozenset({"torch.profiler.profile", "torch.autograd.profiler.profile", "torch.autograd.profiler.emit_nvtx"})
+
+
+# --- graph targets, named as patterns and rules write them ---------------------------------------
+_OPERATORS = {getattr(operator, n): n for n in ("add", "sub", "mul", "truediv", "floordiv", "matmul",
+                                                   "getitem", "setitem", "neg", "pow", "mod", "iadd", "imul")}
+
+
+def target_name(target: Any) -> str:
+    """How a captured node's target is named: ``matmul``, ``F.softmax``, ``torch.where``, ``add``."""
+    if isinstance(target, str):
+        return target
+    if target in _OPERATORS:
+        return _OPERATORS[target]
+    name = getattr(target, "__name__", None) or str(target)
+    module = getattr(target, "__module__", None) or ""
+    if module.startswith("torch.nn.functional") or module == "torch._C._nn":
+        return f"F.{name}"
+    if module.startswith("torch"):
+        return f"torch.{name}"
+    return name

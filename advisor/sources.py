@@ -1,17 +1,21 @@
-"""Places in the user's source: which frames are the user's, and how a place is named.
+"""Places in the user's source: which frames are the user's, and how a place is named. Once, for every
+consumer: Python frames seen while the model runs (watched calls, routing, the run's window), tracebacks
+and stack dumps (a failed script, a hung rank), TorchDynamo's stack traces (graph nodes, graph breaks),
+torch.export's messages, and Python frames recorded in a Kineto trace, possibly on another machine.
 
-One answer to "is this library code?" for every consumer: Python frames seen while the model
-runs (watched calls, routing), TorchDynamo's stack traces (graph nodes, graph breaks) and
-Python frames recorded in a Kineto trace, possibly on another machine. Third-party model
-libraries (transformers, timm) count as the user's code: that is where the model lives.
+The one answer: the user's code is every file that is not PyTorch, Python's standard library, advisor,
+or a library installed into site-packages (numpy, transformers, timm: their lines are not the user's to
+change; the line that called them is). A package of the user's own installed in editable mode lives
+in its own folder, outside site-packages, so its files are the user's.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import sys
-from typing import Any
+from typing import Any, Iterator
 
 
 def _torch_dir() -> str:
@@ -25,30 +29,51 @@ TORCH_DIR = _torch_dir()
 ADVISOR_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 ROUTING_DIR = os.path.join(ADVISOR_DIR, "files") + os.sep  # the file layer passes the user's own calls on
 STDLIB_DIR = os.path.dirname(os.__file__) + os.sep
+INSTALLED_MARKERS = (f"{os.sep}site-packages{os.sep}", f"{os.sep}dist-packages{os.sep}", "/site-packages/",
+                     "/dist-packages/")
 
 # Text that marks a path as PyTorch's, Python's or advisor's own when it was recorded elsewhere
 # (another machine's install prefix): the local prefixes above cannot recognise it.
 FOREIGN_LIBRARY_MARKERS = ("/torch/", "\\torch\\", "<built-in", "<frozen", "advisor/capture/", "advisor/sandbox/",
-                           "advisor/workload/step.py", "advisor/workload/target.py")
+                           "advisor/workload/", "advisor/files/")
+
+# One frame of a traceback (``File "x.py", line 7, in f``), a faulthandler dump (``File "x.py", line 7 in f``),
+# or a message quoting one (torch.export: ``File x.py, lineno 7``).
+FRAME = re.compile(r'File "?(?P<file>[^",\n]+?)"?, line(?:no)? (?P<line>\d+)(?:,? in (?P<function>[^\s,]+))?')
 
 
 def is_library_path(path: str) -> bool:
-    """Whether a frame's file is PyTorch, the standard library or advisor itself (not the user's)."""
+    """Whether a frame's file is not the user's: PyTorch, the standard library, advisor, site-packages."""
     if not path or path.startswith("<"):
         return True
-    if path.startswith(TORCH_DIR) or path.startswith(ADVISOR_DIR):
+    if path.startswith((TORCH_DIR, ADVISOR_DIR)) or any(marker in path for marker in INSTALLED_MARKERS):
         return True
-    if path.startswith(STDLIB_DIR) and "site-packages" not in path:
+    if path.startswith(STDLIB_DIR):
         return True
     if any(marker in path for marker in FOREIGN_LIBRARY_MARKERS):
         return True
-    return _foreign_stdlib(path)
+    head, sep, _ = path.partition("/lib/python3.")
+    return bool(sep)  # ``.../lib/python3.11/json/decoder.py``: the standard library of another install
 
 
-def _foreign_stdlib(path: str) -> bool:
-    """``.../lib/python3.11/json/decoder.py``: the standard library of another install."""
-    head, sep, rest = path.partition("/lib/python3.")
-    return bool(sep) and "site-packages" not in rest and "dist-packages" not in rest
+def frames_in(text: str) -> Iterator[tuple[str, int, str, str]]:
+    """(file, line, function, the line after the frame) for each frame quoted in ``text``, outermost first
+    in a traceback (faulthandler writes the innermost first)."""
+    lines = text.splitlines()
+    for index, line in enumerate(lines):
+        for match in FRAME.finditer(line):
+            after = lines[index + 1].strip() if index + 1 < len(lines) else ""
+            yield match.group("file").strip(), int(match.group("line")), match.group("function") or "", after
+
+
+def innermost_user_frame(text: str, prefer: str | None = None) -> tuple[str, int, str]:
+    """(file, line, code) of the innermost of the user's frames a traceback quotes (in ``prefer`` if any
+    is), else ("", 0, "")."""
+    frames = [(file, line, code) for file, line, _, code in frames_in(text) if not is_library_path(file)]
+    if prefer is not None:
+        preferred = os.path.abspath(prefer)
+        frames = [f for f in frames if os.path.abspath(f[0]) == preferred] or frames
+    return frames[-1] if frames else ("", 0, "")
 
 
 def user_frame_of(frame: Any) -> tuple[str, int] | None:

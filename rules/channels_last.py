@@ -34,8 +34,9 @@ from __future__ import annotations
 from typing import Iterator
 
 from advisor.evidence import Evidence
-from advisor.opnames import CONV_OPS, REDUCED_DTYPES, outermost
+from advisor.opnames import CONV_OPS, REDUCED_DTYPES
 from advisor.rulekit.fixing import replace_target
+from advisor.rulekit.helpers import outermost
 from advisor.rulekit.rule import Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
 
 CONV_2D = ("Conv2d", "ConvTranspose2d")

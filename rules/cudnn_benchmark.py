@@ -31,8 +31,8 @@ from __future__ import annotations
 from typing import Iterator
 
 from advisor.evidence import Evidence
-from advisor.opnames import convolution_sites
 from advisor.rulekit.fixing import attribute, with_switches
+from advisor.rulekit.helpers import convolution_sites
 from advisor.rulekit.rule import Finding, Fix, Layer, Location, Severity, Thresholds, rule
 
 

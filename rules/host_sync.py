@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import Iterator
 
 from advisor.evidence import Evidence
+from advisor.opnames import INDEXING_APIS
 from advisor.rulekit.rule import Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
 from advisor.sources import site_label
 from advisor.trace.parse import SYNC_RUNTIME_CALLS, Op, SourceCall, Trace
@@ -64,8 +65,6 @@ SYNC_OPS = {
     "aten::nonzero": "dynamic", "aten::masked_select": "dynamic", "aten::nonzero_numpy": "dynamic",
     "aten::_unique2": "dynamic", "aten::unique_consecutive": "dynamic",
 }
-# Indexing and views: a sync inside these comes from the user's index (a boolean mask).
-INDEXING_APIS = {"Tensor.__getitem__", "Tensor.__setitem__", "torch.where", "Tensor.index_select"}
 
 FIXES = {
     "scalar": "read scalars off the device once per N steps (accumulate in a tensor: deferred logging), "

@@ -47,9 +47,11 @@ from collections import Counter
 from typing import Iterator
 
 from advisor.evidence import Evidence
+from advisor.opnames import RECURRENT_OPS
 from advisor.rulekit.fixing import replace_target
 from advisor.rulekit.rule import Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
 from advisor.sources import is_library_path, site_label
+from advisor.stats import percentile
 from advisor.trace.parse import Trace
 
 # A line that emits this many top-level ops per step runs inside a Python loop (a GRU cell over 64
@@ -60,7 +62,6 @@ HIGH_AT_HALF = 0.5
 # Bytes per element of the dtypes the profiler records (record_shapes' "Input type").
 ELEMENT_BYTES = {"float": 4, "c10::BFloat16": 2, "c10::Half": 2, "double": 8, "long int": 8, "int": 4,
                  "short int": 2, "bool": 1, "unsigned char": 1, "signed char": 1, "c10::complex<float>": 8}
-RECURRENT_OPS = ("aten::sigmoid", "aten::tanh")  # a gated cell's nonlinearities
 
 DOCS = ["https://pytorch.org/tutorials/intermediate/torch_compile_tutorial.html",
         "https://pytorch.org/docs/stable/notes/cuda.html#cuda-graphs"]
@@ -144,8 +145,8 @@ def _cpu(ev: Evidence, trace: Trace, th: Thresholds) -> Iterator[Finding]:
             **({"work_share_of_step": round(work_share, 4)} if work_share is not None else {}),
             "gpu_launch_ms_estimate": round(launches_ms, 4),
             "assumed_gpu_launch_us": th.gpu_launch_us,
-            "profiled_op_us_p50": round(_quantile(durations, 0.5), 3),
-            "profiled_op_us_p90": round(_quantile(durations, 0.9), 3),
+            "profiled_op_us_p50": round(percentile(durations, 50), 3),
+            "profiled_op_us_p90": round(percentile(durations, 90), 3),
             "step_ms": round(step_ms, 4),
         },
         locations=_emitting_lines(trace, top),
@@ -197,14 +198,14 @@ def _gpu(ev: Evidence, trace: Trace, th: Thresholds) -> Iterator[Finding]:
         severity=Severity.HIGH if (busy is not None and busy < th.max_gpu_busy * HIGH_AT_HALF) else Severity.MEDIUM,
         message=(
             f"{per_step:g} GPU kernels {unit}, {short_share:.0%} shorter than {th.short_kernel_us:g} µs "
-            f"(median {_quantile(durations, 0.5):.3g} µs){busy_text}: launch-bound"
+            f"(median {percentile(durations, 50):.3g} µs){busy_text}: launch-bound"
         ),
         impact=(1 - busy) if busy is not None else None,
         evidence={
             "kernels_per_step": per_step,
             "short_kernel_share": round(short_share, 4),
-            "kernel_us_p50": round(_quantile(durations, 0.5), 3),
-            "kernel_us_p90": round(_quantile(durations, 0.9), 3),
+            "kernel_us_p50": round(percentile(durations, 50), 3),
+            "kernel_us_p90": round(percentile(durations, 90), 3),
             **({"gpu_busy_share": round(busy, 4)} if busy is not None else {}),
             **launch,
         },
@@ -220,8 +221,8 @@ def _launch_stats(trace: Trace, kernels: list) -> dict:
         return {}
     delays = sorted(k.ts - r.ts for r, k in pairs)
     return {
-        "launch_delay_us_p50": round(_quantile(delays, 0.5), 3),
-        "launch_delay_us_p90": round(_quantile(delays, 0.9), 3),
+        "launch_delay_us_p50": round(percentile(delays, 50), 3),
+        "launch_delay_us_p90": round(percentile(delays, 90), 3),
         "launch_slower_than_kernel_share": round(sum(1 for r, k in pairs if r.dur >= k.dur) / len(pairs), 4),
     }
 
@@ -262,12 +263,6 @@ def _recurrent(trace: Trace) -> bool:
     looped = {site for site, count in _user_sites(trace.top_ops()).items() if count / trace.step_count >= LOOP_OPS_PER_LINE}
     names = {o.name for o in trace.top_ops() if o.src is not None and (o.src.file, o.src.line) in looped}
     return all(any(n == op for n in names) for op in RECURRENT_OPS)
-
-
-def _quantile(values: list[float], q: float) -> float:
-    if not values:
-        return 0.0
-    return values[min(len(values) - 1, int(q * len(values)))]
 
 
 def _fix(ev: Evidence, trace: Trace) -> Fix:

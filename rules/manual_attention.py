@@ -44,6 +44,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from advisor.evidence import Evidence, GraphNode
+from advisor.opnames import CAUSAL_BUILDERS
 from advisor.rulekit.fixing import compiled_with, finish_graph, node_name
 from advisor.rulekit.patterns import (
     ADDITIVE_MASKS,
@@ -65,7 +66,6 @@ from advisor.sources import site_label
 if TYPE_CHECKING:
     import torch
 
-CAUSAL_BUILDERS = {"tril", "triu", "torch.tril", "torch.triu"}
 TRIANGULAR_BUFFERS = {"lower-triangular", "upper-triangular"}  # GraphNode.value_kind of a causal mask buffer
 # masked_fill / where values at or below this zero a softmax weight in float32 (exp(-1e4) == 0);
 # -inf and the common -1e9 / finfo.min stand-ins all qualify.

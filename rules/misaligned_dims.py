@@ -33,10 +33,8 @@ from __future__ import annotations
 from typing import Iterator
 
 from advisor.evidence import Evidence
-from advisor.opnames import GRAPH_BIAS_FIRST, GRAPH_MATMULS, LOW_PRECISION_TYPES, REDUCED_DTYPES
+from advisor.opnames import GRAPH_BIAS_FIRST, GRAPH_MATMULS, LOW_PRECISION_TYPES, REDUCED_DTYPES, TRACE_MATMULS
 from advisor.rulekit.rule import Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
-
-TRACE_MATMULS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"}
 
 
 @rule(

@@ -42,8 +42,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from advisor.evidence import Evidence, GraphCapture, GraphNode
-from advisor.opnames import GRAPH_MATMULS, LAYOUT_COPY_OPS, is_broadcast, is_contiguous, outermost
+from advisor.opnames import GRAPH_MATMULS, KEEPS_TRANSPOSE, LAYOUT_COPY_OPS, LAYOUT_VIEWS, NEEDS_CONTIGUOUS, USER_COPY_APIS
 from advisor.rulekit.fixing import compiled_with, finish_graph, node_name
+from advisor.rulekit.helpers import is_broadcast, is_contiguous, outermost
 from advisor.rulekit.rule import Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
 from advisor.sources import site_label
 from advisor.trace.parse import Op, Trace
@@ -51,14 +52,6 @@ from advisor.trace.parse import Op, Trace
 if TYPE_CHECKING:
     import torch
 
-LAYOUT_VIEWS = {"permute", "transpose", "t", "T", "mT", "swapaxes", "swapdims", "movedim", "expand",
-                "narrow", "unfold", "as_strided", "getitem", "diagonal", "select"}
-USER_COPY_APIS = {"Tensor.contiguous", "Tensor.clone", "Tensor.reshape", "torch.reshape", "Tensor.copy_",
-                  "torch.clone", "Tensor.flatten", "torch.flatten"}
-# Views that keep a transposed operand foldable into the GEMM; view/reshape/flatten of a strided
-# tensor need (or make) a contiguous copy, so a .contiguous() before them is not removable.
-KEEPS_TRANSPOSE = {"unsqueeze", "squeeze"}
-NEEDS_CONTIGUOUS = {"view", "reshape", "flatten", "torch.flatten", "torch.reshape"}
 
 
 @dataclass

@@ -32,11 +32,11 @@ from __future__ import annotations
 from typing import Iterator
 
 from advisor.evidence import Evidence
+from advisor.opnames import FUSED_OPTIMIZERS
 from advisor.rulekit.fixing import replace_target
 from advisor.rulekit.rule import Finding, Fix, Layer, Severity, Threshold, Thresholds, rule
 
-FUSED = {"Adam", "AdamW", "SGD", "Adagrad"}
-FOREACH = FUSED | {"RMSprop", "Adamax", "NAdam", "RAdam", "ASGD", "Adadelta", "Rprop"}
+FOREACH = FUSED_OPTIMIZERS | {"RMSprop", "Adamax", "NAdam", "RAdam", "ASGD", "Adadelta", "Rprop"}
 
 
 @rule(
@@ -64,7 +64,7 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     share = min(1.0, step_us / profiled_step_us) if step_us and profiled_step_us else None
     if share is None or share < th.min_share:
         return
-    better = "fused" if name in FUSED else "foreach"
+    better = "fused" if name in FUSED_OPTIMIZERS else "foreach"
     how = "foreach=False" if options.get("foreach") is False else "the CPU default"
     yield Finding(
         message=(f"{name}.step() updates {target.optimizer_param_tensors} parameter tensors one at a time "

@@ -31,11 +31,9 @@ from collections import defaultdict
 from typing import Iterator
 
 from advisor.evidence import Evidence
+from advisor.opnames import ASYNC_COPIES, BLOCKING_COPIES
 from advisor.rulekit.rule import Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
 from advisor.trace.parse import SYNC_RUNTIME_CALLS
-
-BLOCKING_COPIES = {"cudaMemcpy", "cudaMemcpy2D", "hipMemcpy", "hipMemcpyWithStream", "hipMemcpy2D"}
-ASYNC_COPIES = {"cudaMemcpyAsync", "hipMemcpyAsync"}
 
 
 @rule(

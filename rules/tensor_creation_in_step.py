@@ -37,6 +37,7 @@ from collections import defaultdict
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from advisor.evidence import Evidence, GraphNode
+from advisor.opnames import FROM_HOST
 from advisor.rulekit.fixing import compiled_with, finish_graph, node_name
 from advisor.rulekit.patterns import find_constants
 from advisor.rulekit.rule import Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
@@ -44,7 +45,6 @@ from advisor.rulekit.rule import Finding, Fix, Layer, Location, Severity, Thresh
 if TYPE_CHECKING:
     import torch
 
-FROM_HOST = {"tensor", "as_tensor"}  # built from Python data on the host, then copied
 
 
 @rule(

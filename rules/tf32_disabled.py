@@ -36,8 +36,9 @@ import re
 from typing import Iterator
 
 from advisor.evidence import Evidence
-from advisor.opnames import GRAPH_MATMULS, is_ampere_or_newer
+from advisor.opnames import GRAPH_MATMULS
 from advisor.rulekit.fixing import setting, with_switches
+from advisor.rulekit.helpers import is_ampere_or_newer
 from advisor.rulekit.rule import Finding, Fix, Layer, Severity, Threshold, Thresholds, rule
 
 # CUDA-core fp32 GEMMs; tensor-op kernels say tf32 / s1688 / s16816 / tensorop instead.

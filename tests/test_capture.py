@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from advisor.capture.graph import capture_graph
-from advisor.sandbox.registry import PROFILE_STEPS
+from advisor.capture.stages import PROFILE_STEPS
 from advisor.workload.target import load_target
 from conftest import SAMPLES, audit, line_of, write_model
 

@@ -7,7 +7,7 @@ import random
 from advisor.evidence import TargetInfo
 from advisor.ready.checks import ReadyOptions, decide
 from advisor.ready.compiling import _recompile
-from advisor.ready.latency import _fill, percentile, percentile_with_interval
+from advisor.ready.latency import _fill, percentile_with_interval
 from advisor.ready.measured import (
     Blocker,
     ColdStartEvidence,
@@ -25,6 +25,7 @@ from advisor.ready.places import named_in
 from advisor.report.readiness import LatencyRow
 from advisor.report.schema import Report
 from advisor.rulekit.rule import Location
+from advisor.stats import percentile
 from conftest import SAMPLES
 
 MODEL = str(SAMPLES / "ready" / "size_branch.py")

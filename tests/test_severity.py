@@ -6,12 +6,13 @@ import pytest
 from evidence_fixtures import recorded_samples, saved_evidence
 
 from advisor.commands.analyze import evidence_from_traces
-from advisor.report.assembly import assemble_report, demote_unhelpful
+from advisor.report.assembly import assemble_report
 from advisor.report.html import render_html
 from advisor.report.markdown import render_markdown
 from advisor.rulekit.engine import RuleConfig
 from advisor.rulekit.rule import Severity, Verification, capped_by_share, severity_for_share
 from advisor.trace.parse import parse_trace
+from advisor.verify.orchestrate import demote_unhelpful
 from conftest import shared_trace
 
 

@@ -25,8 +25,6 @@ from advisor.evidence import CallSite
 from advisor.sources import user_frame_of
 from advisor.workload.target import Target
 
-PROFILERS = frozenset({"torch.profiler.profile", "torch.autograd.profiler.profile", "torch.autograd.profiler.emit_nvtx"})
-
 
 def _watched() -> dict[Any, tuple[str, tuple[str, ...]]]:
     """Code object of each watched function -> (API name, arguments worth keeping)."""

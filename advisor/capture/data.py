@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import inspect
-import os
 import statistics
 import time
 from typing import Any, Callable
@@ -12,6 +11,7 @@ import torch
 from torch.utils._pytree import tree_flatten
 
 from advisor.evidence import DataLoaderInfo
+from advisor.sources import is_library_path
 
 
 def describe_loader(loader: Any, fallback_source: tuple[str, int] = ("", 0)) -> DataLoaderInfo:
@@ -88,6 +88,6 @@ def _user_source(cls: type, method: str) -> tuple[str, int] | None:
         line = inspect.getsourcelines(function)[1]
     except (TypeError, OSError):
         return None
-    if not file or os.sep + "torch" + os.sep in file:
+    if not file or is_library_path(file):
         return None
     return file, line

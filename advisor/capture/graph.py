@@ -8,16 +8,14 @@ graph where it must, and tells why (the graph breaks). Always run on a deep copy
 from __future__ import annotations
 
 import logging
-import operator
 import re
 from typing import Any
 
 import torch
 
 from advisor.evidence import GraphBreak, GraphCapture, GraphNode
-from advisor.sources import is_library_path
-
-_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>.+)')
+from advisor.opnames import target_name
+from advisor.sources import innermost_user_frame, is_library_path
 
 
 def capture_graph(model: torch.nn.Module, inputs: Any) -> GraphCapture:
@@ -144,24 +142,6 @@ def _holds_node(value: Any) -> bool:
     return False
 
 
-_OPERATORS = {getattr(operator, n): n for n in ("add", "sub", "mul", "truediv", "floordiv", "matmul",
-                                                   "getitem", "setitem", "neg", "pow", "mod", "iadd", "imul")}
-
-
-def target_name(target: Any) -> str:
-    if isinstance(target, str):
-        return target
-    if target in _OPERATORS:
-        return _OPERATORS[target]
-    name = getattr(target, "__name__", None) or str(target)
-    module = getattr(target, "__module__", None) or ""
-    if module.startswith("torch.nn.functional") or module == "torch._C._nn":
-        return f"F.{name}"
-    if module.startswith("torch"):
-        return f"torch.{name}"
-    return name
-
-
 def _module(stack: dict | None) -> tuple[str, str]:
     if not stack:
         return "", ""
@@ -175,16 +155,8 @@ def _module(stack: dict | None) -> tuple[str, str]:
 
 
 def source_of(stack_trace: str) -> tuple[str, int, str]:
-    """Innermost frame of the node's stack trace that is not PyTorch's own code."""
-    lines = stack_trace.splitlines()
-    found = ("", 0, "")
-    for i, text in enumerate(lines):
-        match = _FRAME.search(text)
-        if not match or is_library_path(match.group("file")):
-            continue
-        code = lines[i + 1].strip() if i + 1 < len(lines) else ""
-        found = (match.group("file"), int(match.group("line")), code)
-    return found
+    """The user's innermost frame in a node's stack trace (file, line, code)."""
+    return innermost_user_frame(stack_trace)
 
 
 def _graph_break(reason: Any) -> GraphBreak:

@@ -13,12 +13,13 @@ from typing import Any, Callable
 
 import torch
 
+from advisor.capture.stages import CAPTURE
 from advisor.commands.audit import build_evidence, stage_records
-from advisor.report.assembly import assemble_report, verify_findings
+from advisor.report.assembly import assemble_report
 from advisor.report.schema import Report, VerificationSettings
 from advisor.rulekit.engine import RuleConfig
 from advisor.sandbox.inline import run_inline
-from advisor.sandbox.registry import STAGES
+from advisor.verify.orchestrate import verify_findings
 from advisor.workload.target import Target, resolve_device
 
 
@@ -54,7 +55,7 @@ def audit(
                     get_optimizer=get_optimizer, loss_fn=loss_fn, inputs_from_batch=inputs_from_batch)
     trace_path = os.path.join(trace_dir or tempfile.mkdtemp(prefix="advisor-api-"), f"{type(model).__name__}.trace.json.gz")
     state = {"spec": {"trace_path": trace_path}, "target": target}
-    run = run_inline(state, STAGES)
+    run = run_inline(state, CAPTURE)
     evidence, errors = build_evidence(run, "<python>")
     report = assemble_report(evidence, config, errors=errors, stages=stage_records(run),
                              verification=VerificationSettings(enabled=verify, budget_s=budget))

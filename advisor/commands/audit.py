@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from advisor.capture.stages import CAPTURE
 from advisor.errors import StageError
 from advisor.evidence import (
     CallSite,
@@ -21,14 +22,15 @@ from advisor.evidence import (
     Timing,
 )
 from advisor.files.session import FileSession
-from advisor.report.assembly import assemble_report, failed, verify_findings
+from advisor.report.assembly import assemble_report, failed
 from advisor.report.schema import ModelOutput, Report, StageRecord, VerificationSettings
 from advisor.rulekit.engine import RuleConfig
 from advisor.rulekit.rule import Finding, Verification
-from advisor.sandbox.registry import VERIFY_STAGES
 from advisor.sandbox.supervisor import CaptureRun, run_capture
 from advisor.trace.parse import TraceFormatError, parse_trace
+from advisor.verify.orchestrate import verify_findings
 from advisor.verify.plan import MeasuredFixes
+from advisor.verify.stage import VERIFY
 
 VERIFY_MARGIN_S = 120  # compile time and start-up beyond the measuring budget
 MIN_CHILD_BUDGET_S = 5.0  # below this a fresh child cannot start, load the model and measure
@@ -82,7 +84,7 @@ def run_audit(options: AuditOptions, progress: Callable[[str], None] = lambda te
     files = FileSession.start(options.shadow_limit_mb)
     try:
         # the capture runs the user's code as a run of theirs would: its writes are real (and journaled)
-        run = run_capture(spec, options.timeout, progress, environment=files.journal_environment(),
+        run = run_capture(spec, options.timeout, CAPTURE, progress, environment=files.journal_environment(),
                           scratch_in=files.folder)
         evidence, errors = build_evidence(run, options.model_file)
         report = assemble_report(
@@ -144,7 +146,7 @@ def _child(spec: dict, findings: list[Finding], budget_s: float, options: AuditO
     environment, arm = files.shadow_environment()
     began = time.monotonic()
     try:
-        outcome = run_capture(verify_spec, timeout, lambda text: progress(f"fixes: {text}"), stages=VERIFY_STAGES,
+        outcome = run_capture(verify_spec, timeout, VERIFY, lambda text: progress(f"fixes: {text}"),
                               environment=environment, scratch_in=arm)
         full = files.full(arm)
     finally:

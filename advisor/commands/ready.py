@@ -21,7 +21,7 @@ from advisor.ready.measured import (
     ReadyEvidence,
     RecompileEvidence,
 )
-from advisor.ready.probes import READY_STAGES
+from advisor.ready.probes import READY
 from advisor.report.assembly import assemble_report
 from advisor.report.readiness import LatencyRow
 from advisor.report.schema import ModelOutput, VerificationSettings
@@ -49,7 +49,7 @@ def run_ready(options: ReadyRunOptions, progress: Callable[[str], None] = lambda
     spec = {"model_file": os.path.abspath(options.model_file), "mode": "inference", "device": options.device,
             "batch_sizes": list(options.batch_sizes), "precision": options.checks.precision,
             "seconds_per_size": options.seconds_per_size, "fetch_deadline_s": min(60.0, options.timeout / 2)}
-    run = run_capture(spec, options.timeout, progress, stages=READY_STAGES)
+    run = run_capture(spec, options.timeout, READY, progress)
     evidence, errors = build_evidence(run, options.model_file)
     report = assemble_report(evidence, RuleConfig.load(), errors=errors, stages=stage_records(run),
                              output=ModelOutput(stdout=run.stdout, stderr=run.stderr),

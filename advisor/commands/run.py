@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import statistics
 from dataclasses import dataclass
@@ -25,20 +24,20 @@ from advisor.evidence import (
     TargetInfo,
 )
 from advisor.files.session import FileSession
-from advisor.report.assembly import assemble_report, verify_findings
+from advisor.report.assembly import assemble_report
 from advisor.report.schema import ModelOutput, StageRecord, VerificationSettings
 from advisor.rulekit.engine import RuleConfig
 from advisor.run.arms import RunVerifier
 from advisor.run.kinds import FORWARD, MARKER, OPTIMIZER, PROFILER_STEP
 from advisor.run.launch import ScriptRun, discard, launch
-from advisor.sources import is_library_path
+from advisor.sources import innermost_user_frame
 from advisor.trace.parse import TraceFormatError, parse_trace
 from advisor.trace.ranks import RankTrace, summarize_file
+from advisor.verify.orchestrate import verify_findings
 from advisor.workload.timing import summarize
 
 STEP_KINDS = {OPTIMIZER: "each optimizer step", FORWARD: "each call of the outermost module",
               PROFILER_STEP: "each of the script's own prof.step() calls", MARKER: "each return of --step-marker"}
-_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+)')
 
 
 @dataclass
@@ -275,9 +274,7 @@ def _gather_ranks(run: ScriptRun, evidence: Evidence, notes: list[str]) -> None:
 def _script_error(run: ScriptRun, options: RunOptions, what: str, stage: str = "load") -> StageError:
     """The script's own failure: its traceback's last frame in the user's files, and the error line."""
     tail = [line for line in run.stderr.strip().splitlines() if line.strip()]
-    frames = [m for m in _FRAME.finditer(run.stderr)
-              if "site-packages" not in m.group("file") and not is_library_path(m.group("file"))]
-    file, line = (frames[-1].group("file"), int(frames[-1].group("line"))) if frames else ("", 0)
+    file, line, _ = innermost_user_frame(run.stderr)
     code = f" (exit code {run.returncode})" if run.returncode not in (None, 0) else ""
     said = f": {tail[-1]}" if tail else ""
     return StageError(stage=stage, kind="user-code", file=file, line=line, message=f"{what}{code}{said}")

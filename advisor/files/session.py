@@ -16,13 +16,13 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 
+from advisor.files.account import ExperimentRun, FileChange, FilesRecord
 from advisor.files.activate import ENVIRONMENT
 from advisor.files.base import Base
 from advisor.files.journal import WRITTEN_LOG, tree_size
 from advisor.files.log import read_log
 from advisor.files.scope import compiler_caches
 from advisor.files.shadow import EVENTS_LOG
-from advisor.report.schema import ExperimentRun, FileChange, FilesRecord
 
 OUTPUT_HEAD = 600  # characters of each experiment run's output kept for the report
 

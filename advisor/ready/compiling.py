@@ -12,9 +12,9 @@ from typing import Any, Callable
 import torch
 
 from advisor.capture.graph import capture_graph
+from advisor.evidence import Location
 from advisor.ready.measured import Blocker, CompileEvidence, Recompile, RecompileEvidence
 from advisor.ready.places import first_line, named_in
-from advisor.rulekit.rule import Location
 from advisor.workload.target import call_model
 
 _GUARD_FAILURE = re.compile(r"^\s*- \d+/\d+: (?P<guard>.+)$")

@@ -8,7 +8,6 @@ a p99 from fewer than P99_SAMPLES calls is flagged as an estimate.
 
 from __future__ import annotations
 
-import random
 import statistics
 import time
 from typing import Any, Callable
@@ -18,6 +17,7 @@ import torch
 from advisor.ready.measured import MemoryBudget
 from advisor.ready.places import first_line, raised_at
 from advisor.report.readiness import LatencyRow, Percentile
+from advisor.stats import percentile, statistic_interval
 from advisor.workload.target import call_model
 from advisor.workload.timing import timer_for
 
@@ -25,7 +25,6 @@ WARMUP_CALLS = 5
 MIN_SAMPLES = 50
 TARGET_SAMPLES = 300
 P99_SAMPLES = 100  # below this the top 1% is one call or none: an estimate
-RESAMPLES = 1000
 
 
 def measure_latency(model: torch.nn.Module, batch_of: Callable[[int], Any], sizes: list[int],
@@ -67,20 +66,9 @@ def _fill(row: LatencyRow, samples: list[float]) -> None:
     row.throughput_per_s = round(row.batch_size / (statistics.fmean(samples) / 1000), 2)
 
 
-def percentile(samples: list[float], q: float) -> float:
-    """Linear interpolation between closest ranks (numpy's default)."""
-    ordered = sorted(samples)
-    position = (len(ordered) - 1) * q / 100
-    low = int(position)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
-
-
-def percentile_with_interval(samples: list[float], q: float, seed: int = 0) -> Percentile:
-    rng = random.Random(seed)
-    estimates = sorted(percentile(rng.choices(samples, k=len(samples)), q) for _ in range(RESAMPLES))
-    return Percentile(ms=round(percentile(samples, q), 5), ci_low=round(estimates[int(0.025 * RESAMPLES)], 5),
-                      ci_high=round(estimates[int(0.975 * RESAMPLES) - 1], 5))
+def percentile_with_interval(samples: list[float], q: float) -> Percentile:
+    low, high = statistic_interval(samples, lambda resampled: percentile(resampled, q))
+    return Percentile(ms=round(percentile(samples, q), 5), ci_low=round(low, 5), ci_high=round(high, 5))
 
 
 class PeakMemory:

@@ -9,9 +9,9 @@ from typing import Any
 
 import torch
 
+from advisor.evidence import Location
 from advisor.ready.measured import Blocker, ModesEvidence, TrainingModule
 from advisor.ready.places import first_line, raised_at
-from advisor.rulekit.rule import Location
 from advisor.workload.target import call_model
 from advisor.workload.timing import timer_for
 

@@ -7,10 +7,9 @@ import os
 import re
 
 from advisor.errors import user_location
-from advisor.rulekit.rule import Location
-from advisor.sources import is_library_path
+from advisor.evidence import Location
+from advisor.sources import FRAME, is_library_path
 
-_QUOTED_FRAME = re.compile(r'File "?(?P<file>[^",\n]+?)"?, line(?:no)? (?P<line>\d+)')
 _GUARD_SITE = re.compile(r"# (?P<file>[^ #]+\.py):(?P<line>\d+) in ")
 
 
@@ -23,7 +22,7 @@ def named_in(text: str, model_file: str) -> list[Location]:
     """The user's frames a message names, innermost last, without repeats; the model file's first."""
     found: list[tuple[str, int]] = []
     mine = os.path.abspath(model_file)
-    for pattern in (_QUOTED_FRAME, _GUARD_SITE):
+    for pattern in (FRAME, _GUARD_SITE):
         for match in pattern.finditer(text):
             file = match.group("file").strip()
             if not os.path.isfile(file) and mine.endswith(file.lstrip(".")):

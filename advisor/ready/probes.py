@@ -11,10 +11,13 @@ import statistics
 import time
 from typing import Any, Callable
 
+from advisor.sandbox.registry import StagePlan, stage
+
 # Timed stages come before the one that compiles with Inductor: its compile workers keep cores busy for a
 # while after (measured: every eager call of a small MLP at 7 ms instead of 0.03 ms on 2 cores).
-READY_STAGES = ("load", "env", "ready-cold", "ready-modes", "ready-determinism", "ready-latency", "ready-precision",
-                "ready-export", "ready-compile", "ready-recompiles")
+READY = StagePlan(modules=("advisor.capture.stages", "advisor.ready.probes"), stages=(
+    "load", "env", "ready-cold", "ready-modes", "ready-determinism", "ready-latency", "ready-precision",
+    "ready-export", "ready-compile", "ready-recompiles"))
 WARM_CALLS = 10
 
 
@@ -37,6 +40,7 @@ def _user(state: dict, what: str, run: Callable[[], Any]) -> Any:
     return call_user("ready", state["target"].path, what, run)
 
 
+@stage("ready-cold")
 def _cold(state: dict, progress: Callable[[str], None]) -> str:
     import torch
 
@@ -52,6 +56,7 @@ def _cold(state: dict, progress: Callable[[str], None]) -> str:
     return ColdStartEvidence(first_call_ms=round(first, 4), warm_ms=round(statistics.median(warm), 4)).model_dump_json()
 
 
+@stage("ready-modes")
 def _modes(state: dict, progress: Callable[[str], None]) -> str:
     from advisor.ready.modes import measure_modes
 
@@ -60,6 +65,7 @@ def _modes(state: dict, progress: Callable[[str], None]) -> str:
     return _user(state, "the model", lambda: measure_modes(model, inputs, target.device, target.path)).model_dump_json()
 
 
+@stage("ready-export")
 def _export(state: dict, progress: Callable[[str], None]) -> str:
     from advisor.ready.exporting import measure_export
 
@@ -67,6 +73,7 @@ def _export(state: dict, progress: Callable[[str], None]) -> str:
     return measure_export(model, inputs, state["target"].path).model_dump_json()
 
 
+@stage("ready-compile")
 def _compile(state: dict, progress: Callable[[str], None]) -> str:
     from advisor.ready.compiling import measure_compile
 
@@ -74,6 +81,7 @@ def _compile(state: dict, progress: Callable[[str], None]) -> str:
     return measure_compile(model, inputs).model_dump_json()
 
 
+@stage("ready-recompiles")
 def _recompiles(state: dict, progress: Callable[[str], None]) -> str:
     from advisor.ready.compiling import measure_recompiles
 
@@ -82,6 +90,7 @@ def _recompiles(state: dict, progress: Callable[[str], None]) -> str:
     return measure_recompiles(model, batch_of, sizes, state["target"].path).model_dump_json()
 
 
+@stage("ready-determinism")
 def _determinism(state: dict, progress: Callable[[str], None]) -> str:
     from advisor.ready.determinism import measure_determinism
 
@@ -89,6 +98,7 @@ def _determinism(state: dict, progress: Callable[[str], None]) -> str:
     return _user(state, "the model", lambda: measure_determinism(model, inputs)).model_dump_json()
 
 
+@stage("ready-latency")
 def _latency(state: dict, progress: Callable[[str], None]) -> str:
     from advisor.ready.latency import measure_latency, memory_budget
 
@@ -102,6 +112,7 @@ def _latency(state: dict, progress: Callable[[str], None]) -> str:
                        "memory": json.loads(memory_budget(target.device).model_dump_json())})
 
 
+@stage("ready-precision")
 def _precision(state: dict, progress: Callable[[str], None]) -> str:
     from advisor.ready.precision import measure_precision
 
@@ -109,10 +120,3 @@ def _precision(state: dict, progress: Callable[[str], None]) -> str:
     target = state["target"]
     return measure_precision(model, inputs, target.device, state["spec"].get("precision", "bf16"),
                              target.path).model_dump_json()
-
-
-READY_RUNNERS: dict[str, Callable[[dict, Callable[[str], None]], str | None]] = {
-    "ready-cold": _cold, "ready-modes": _modes, "ready-export": _export, "ready-compile": _compile,
-    "ready-recompiles": _recompiles, "ready-determinism": _determinism, "ready-latency": _latency,
-    "ready-precision": _precision,
-}

@@ -9,7 +9,6 @@ value lay within its noise of the threshold is "borderline", not added or resolv
 from __future__ import annotations
 
 import os
-import random
 import statistics
 from dataclasses import dataclass, field
 
@@ -17,13 +16,13 @@ from jinja2 import Environment, select_autoescape
 
 from advisor.report.schema import Report
 from advisor.rulekit.rule import Finding
+from advisor.stats import percentile, ratio_interval
 
 
 class DiffInputError(ValueError):
     """A report file is missing or is not an advisor JSON report."""
 
 
-BOOTSTRAP_RESAMPLES = 2000
 MIN_SAMPLES = 5  # fewer timed steps than this on either side: the change is reported, not judged
 
 
@@ -48,7 +47,7 @@ class Change:
         return "unchanged"
 
 
-def compare_samples(old: list[float], new: list[float], threshold: float, statistic=None, seed: int = 0) -> Change | None:
+def compare_samples(old: list[float], new: list[float], threshold: float, statistic=None) -> Change | None:
     """The change of ``statistic`` (the median) from ``old`` to ``new`` samples, with a bootstrap 95%
     interval: each side resampled on its own. Called a change only when the interval clears the threshold."""
     statistic = statistic or statistics.median
@@ -57,10 +56,8 @@ def compare_samples(old: list[float], new: list[float], threshold: float, statis
     ratio = statistic(new) / statistic(old)
     if len(old) < MIN_SAMPLES or len(new) < MIN_SAMPLES:
         return Change(ratio, ratio, ratio, threshold, judged=False)
-    rng = random.Random(seed)
-    ratios = sorted(statistic(rng.choices(new, k=len(new))) / max(statistic(rng.choices(old, k=len(old))), 1e-12)
-                    for _ in range(BOOTSTRAP_RESAMPLES))
-    return Change(ratio, ratios[int(0.025 * BOOTSTRAP_RESAMPLES)], ratios[int(0.975 * BOOTSTRAP_RESAMPLES) - 1], threshold)
+    low, high = ratio_interval(old, new, statistic)
+    return Change(ratio, low, high, threshold)
 
 
 @dataclass
@@ -164,8 +161,6 @@ def _diff_readiness(result: ReportDiff, old, new) -> None:
 
 
 def _p99(samples: list[float]) -> float:
-    from advisor.ready.latency import percentile
-
     return percentile(samples, 99)
 
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from advisor.evidence import Location
 from advisor.records import Field, Record
-from advisor.rulekit.rule import Location
 
 CheckStatus = Literal["pass", "warn", "fail", "skipped"]
 CHECK_IDS = ("eval-mode", "inference-mode", "export", "compile", "recompiles", "determinism", "latency-budget",

@@ -55,14 +55,17 @@ class RuleSet:
             self.rules.append(candidate)
 
 
-def load_rules(extra_dirs: Iterable[str] = ()) -> RuleSet:
-    ruleset = RuleSet()
-    import advisor.rules as builtin
+BUILTIN_PACK = "advisor.rules"  # the rule pack shipped with advisor, loaded by name like any plug-in
 
-    for info in sorted(pkgutil.iter_modules(builtin.__path__), key=lambda i: i.name):
+
+def load_rules(extra_dirs: Iterable[str] = ()) -> RuleSet:
+    """The built-in pack's rules, then each ``--rules`` folder's; a broken file is a problem, not a crash."""
+    ruleset = RuleSet()
+    pack = importlib.util.find_spec(BUILTIN_PACK)
+    for info in sorted(pkgutil.iter_modules(pack.submodule_search_locations or []), key=lambda i: i.name):
         if info.name.startswith("_"):
             continue
-        name = f"advisor.rules.{info.name}"
+        name = f"{BUILTIN_PACK}.{info.name}"
         try:
             module = importlib.import_module(name)
         except Exception as broken:  # noqa: BLE001

@@ -17,6 +17,9 @@ import contextlib
 import dataclasses
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
+from advisor.opnames import target_name
+from advisor.sources import innermost_user_frame
+
 if TYPE_CHECKING:
     import torch
 
@@ -75,16 +78,12 @@ def silenced(owner: Any, name: str, result: Any = None) -> Callable[[], contextl
 
 def node_name(node: "torch.fx.Node") -> str:
     """The name patterns use for a node's target (``matmul``, ``F.softmax``, ``torch.where``)."""
-    from advisor.capture.graph import target_name
-
     return target_name(node.target) if node.op.startswith("call") else ""
 
 
 def node_site(node: "torch.fx.Node") -> tuple[str, int]:
     """The user's file and line that created a node (from Dynamo's stack trace)."""
-    from advisor.capture.graph import source_of
-
-    file, line, _ = source_of(node.meta.get("stack_trace") or "")
+    file, line, _ = innermost_user_frame(node.meta.get("stack_trace") or "")
     return file, line
 
 

@@ -9,21 +9,25 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Generic, Iterable, TypeVar
 
+from advisor.opnames import (
+    ADDITIVE_MASKS,
+    BADDBMM,
+    CASTS,
+    CONSTANT_FACTORIES,
+    DIVIDE_SCALES,
+    DROPOUT,
+    EINSUM,
+    FILL_MASKS,
+    MULTIPLY_SCALES,
+    SCORE_MATMULS,
+    SOFTMAX,
+    WHERE_MASKS,
+)
+
 N = TypeVar("N")
 
-MATMULS = frozenset({"matmul", "torch.matmul", "bmm", "torch.bmm"})
-BADDBMM = frozenset({"baddbmm", "torch.baddbmm"})  # baddbmm(bias, q, kᵀ, beta=, alpha=): scores with a scale
-EINSUM = frozenset({"torch.einsum", "einsum"})
-SOFTMAX = frozenset({"F.softmax", "torch.softmax", "softmax"})
-MULTIPLY_SCALES = frozenset({"mul", "torch.mul", "mul_"})
-DIVIDE_SCALES = frozenset({"truediv", "torch.div", "div", "div_"})
 SCALES = MULTIPLY_SCALES | DIVIDE_SCALES
-FILL_MASKS = frozenset({"masked_fill", "masked_fill_"})  # masked_fill(mask, -inf): the mask marks what to drop
-WHERE_MASKS = frozenset({"torch.where"})  # where(keep, scores, -inf)
-ADDITIVE_MASKS = frozenset({"add", "torch.add", "add_"})  # scores + (0 / -inf)
 MASKS = FILL_MASKS | WHERE_MASKS | ADDITIVE_MASKS
-CASTS = frozenset({"float", "to", "type_as", "type", "half", "bfloat16"})
-DROPOUT = frozenset({"F.dropout", "dropout"})
 
 
 @dataclass
@@ -60,7 +64,7 @@ def find_attention(nodes: Iterable[N], name: Callable[[N], str], inputs: Callabl
     """Hand-written attention blocks; ``equation`` gives an einsum node's equation."""
     def role(node: N) -> str | None:
         op = name(node)
-        if op in MATMULS:
+        if op in SCORE_MATMULS:
             return "matmul"
         if op in BADDBMM:
             return "scores"
@@ -107,10 +111,6 @@ def _score_input(node: N, name: Callable[[N], str], inputs: Callable[[N], list[N
     return args[0]
 
 
-# Factories whose result depends only on their arguments; with constant arguments, a constant.
-CONSTANT_FACTORIES = frozenset({
-    "tensor", "as_tensor", "arange", "ones", "zeros", "full", "eye", "linspace", "logspace", "scalar_tensor",
-})
 # Never constant even with constant inputs: randomness and uninitialized memory.
 NOT_CONSTANT = ("rand", "normal", "bernoulli", "dropout", "multinomial", "empty", "uniform", "poisson")
 

@@ -18,13 +18,16 @@ from __future__ import annotations
 
 import enum
 import inspect
-import linecache
 import re
 import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Literal
 
+from advisor.evidence import Location, Margin
 from advisor.records import Field, Record
+
+__all__ = ["Finding", "Fix", "Layer", "Location", "Margin", "NotVerifiable", "Rule", "Severity", "Threshold", "Thresholds",
+           "Verification", "rule"]
 
 
 class Layer(str, enum.Enum):
@@ -81,38 +84,6 @@ def capped_by_share(severity: Severity, share: float | None) -> Severity:
     return allowed if allowed.rank < severity.rank else severity
 
 
-SNIPPET_CONTEXT = 2  # source lines shown above and below a location
-
-
-class Location(Record):
-    """A place in the user's source: file, line and the text of that line."""
-
-    file: str
-    line: int
-    code: str = ""
-    function: str = ""
-    count_per_step: float | None = None
-    note: str = ""
-    snippet: list[tuple[int, str]] = Field(default_factory=list, description="numbered source lines around it")
-
-    def label(self) -> str:
-        if not self.file:
-            return f"in {self.function}" if self.function else "(unknown place)"
-        return f"{self.file}:{self.line}"
-
-    @classmethod
-    def at(cls, file: str, line: int, **fields: Any) -> "Location":
-        """A location with its code line read from the source file (when it can be read)."""
-        code = linecache.getline(file, line).strip() if file and line > 0 else ""
-        snippet = []
-        if file and line > 0:
-            for number in range(max(1, line - SNIPPET_CONTEXT), line + SNIPPET_CONTEXT + 1):
-                text = linecache.getline(file, number)
-                if text:
-                    snippet.append((number, text.rstrip("\n")))
-        return cls(file=file, line=line, code=fields.pop("code", "") or code, snippet=snippet, **fields)
-
-
 class Fix(Record):
     summary: str
     before: str = ""
@@ -144,23 +115,6 @@ class Verification(Record):
     @property
     def rejected(self) -> bool:
         return self.status in ("slower", "numerics-failed", "fix-failed")
-
-
-class Margin(Record):
-    """The measured value a rule held against its threshold, and how much that value moves run to run.
-
-    A finding whose value lies within its noise of the threshold is borderline: another run of the
-    same code may not report it, and ``advisor diff`` says so instead of calling it added or resolved.
-    """
-
-    quantity: str
-    value: float
-    threshold: float
-    noise: float = Field(description="the value's run-to-run uncertainty, in the value's unit")
-
-    @property
-    def borderline(self) -> bool:
-        return abs(self.value - self.threshold) <= self.noise
 
 
 class Finding(Record):

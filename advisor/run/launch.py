@@ -25,7 +25,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-import advisor
 from advisor.errors import StageError, stop_name
 from advisor.files import stop
 from advisor.sandbox.supervisor import end_process_group, output_tail
@@ -34,7 +33,7 @@ BOOT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "boot")
 INTERRUPT_GRACE_S = 3.0
 STOP_WAIT_S = 150.0  # a stop request: the next step, then the writes in flight (a large checkpoint) and the window's files
 STACK_DUMP_S = 1.0  # for faulthandler to write each process's stack before the group is ended
-ADVISOR_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(advisor.__file__)))
+ADVISOR_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # where advisor imports from
 
 
 @dataclass

@@ -5,13 +5,10 @@ initialised a process group."""
 from __future__ import annotations
 
 import os
-import re
 
 from advisor.errors import StageError
 from advisor.run.launch import ScriptRun
-from advisor.sources import is_library_path
-
-_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<function>\S+)')
+from advisor.sources import frames_in, is_library_path
 
 
 def rank_failures(run: ScriptRun, script: str, errors: list[StageError], notes: list[str]) -> None:
@@ -62,14 +59,11 @@ def where_waiting(stacks: str) -> tuple[str | None, str | None]:
     """(the collective a main-thread stack waits in, or None; the user's innermost line)."""
     thread = stacks.split("\n\n")[0]  # faulthandler writes the current thread first, most recent call first
     collective, place = None, None
-    for line in thread.splitlines():
-        if (match := _FRAME.match(line)) is None:
-            continue
-        file, function = match.group("file"), match.group("function")
+    for file, line_number, function, _ in frames_in(thread):
         if collective is None and place is None and "torch/distributed/" in file and not function.startswith("_"):
             collective = function
         elif collective is None and place is None and file.endswith("torch/autograd/graph.py"):
             collective = "backward (DDP's gradient all-reduce)"
         if place is None and not is_library_path(file):
-            place = f"{os.path.basename(file)}:{match.group('line')} in {function}"
+            place = f"{os.path.basename(file)}:{line_number} in {function}"
     return collective, place

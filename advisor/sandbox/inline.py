@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 
 from advisor.errors import StageError
-from advisor.sandbox.registry import run_stages
+from advisor.sandbox.registry import StagePlan, run_stages
 from advisor.sandbox.supervisor import CaptureRun, StageOutcome
 
 
@@ -39,8 +39,9 @@ class _Recorder:
         self.run.outcomes[stage] = StageOutcome(stage, "skipped", note=reason)
 
 
-def run_inline(state: dict, stages: tuple[str, ...]) -> CaptureRun:
-    """Run ``stages`` over ``state`` here; a state that holds a ``target`` needs no load stage."""
+def run_inline(state: dict, plan: StagePlan) -> CaptureRun:
+    """Run the ``plan``'s stages over ``state`` here; a state that holds a ``target`` needs no load stage."""
+    plan.load()
     run = CaptureRun()
-    run_stages(state, stages, _Recorder(run))
+    run_stages(state, plan.stages, _Recorder(run))
     return run

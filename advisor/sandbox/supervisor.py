@@ -22,7 +22,7 @@ from typing import Callable
 
 from advisor.errors import StageError
 from advisor.files import stop
-from advisor.sandbox.registry import STAGES
+from advisor.sandbox.registry import StagePlan
 
 BOOT_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "run", "boot")
 STOP_WAIT_S = 30.0  # a stopped child: its writes in flight finish before it ends
@@ -60,19 +60,19 @@ class CaptureRun:
 def run_capture(
     spec: dict,
     timeout: float,
+    plan: StagePlan,
     progress: Callable[[str], None] = lambda text: None,
-    stages: tuple[str, ...] = STAGES,
     environment: dict[str, str] | None = None,
     scratch_in: str | None = None,
 ) -> CaptureRun:
-    """Run ``stages`` in a fresh child. ``environment``: the file layer's (the capture's journal, or a
+    """Run the ``plan``'s stages in a fresh child. ``environment``: the file layer's (the capture's journal, or a
     verification child's shadow); ``scratch_in``: where the child's own folder goes."""
     workdir = tempfile.mkdtemp(prefix="advisor-", dir=scratch_in)
-    spec = {**spec, "workdir": workdir, "stages": list(stages)}
+    spec = {**spec, "workdir": workdir, "stages": list(plan.stages), "stage_modules": list(plan.modules)}
     spec_path = os.path.join(workdir, "spec.json")
     with open(spec_path, "w", encoding="utf-8") as handle:
         json.dump(spec, handle)
-    run = CaptureRun(outcomes={s: StageOutcome(s, "not-run") for s in stages})
+    run = CaptureRun(outcomes={s: StageOutcome(s, "not-run") for s in plan.stages})
     stdout_path, stderr_path = os.path.join(workdir, "stdout.txt"), os.path.join(workdir, "stderr.txt")
     read_fd, write_fd = os.pipe()
     env = {**os.environ, "ADVISOR_CONTROL_FD": str(write_fd), "PYTHONUNBUFFERED": "1", **(environment or {})}

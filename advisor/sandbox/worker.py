@@ -16,7 +16,7 @@ from typing import Any
 from advisor.errors import StageError
 from advisor.files import stop
 from advisor.files.intercept import suspended
-from advisor.sandbox.registry import STAGES, run_stages
+from advisor.sandbox.registry import StagePlan, run_stages
 
 
 class Channel:
@@ -57,7 +57,9 @@ def main(spec_path: str) -> int:
     import torch  # noqa: F401 - imported before the first stage, so its clock measures the user's code only
 
     channel.send("ready")
-    run_stages({"spec": spec}, spec.get("stages", STAGES), channel)
+    plan = StagePlan(modules=tuple(spec["stage_modules"]), stages=tuple(spec["stages"]))
+    plan.load()
+    run_stages({"spec": spec}, plan.stages, channel)
     channel.send("exit")
     return 0
 

@@ -12,7 +12,6 @@ timed call is preceded by one untimed call of the same side.
 
 from __future__ import annotations
 
-import random
 import statistics
 import time
 from dataclasses import dataclass
@@ -20,9 +19,8 @@ from typing import Any, Callable
 
 import torch
 
+from advisor.stats import median_interval
 from advisor.workload.timing import timer_for
-
-BOOTSTRAP_RESAMPLES = 2000
 
 
 @dataclass
@@ -38,14 +36,9 @@ class ABResult:
     def speedup(self) -> float:
         return statistics.median(self.ratios)
 
-    def interval(self, confidence: float = 0.95, seed: int = 0) -> tuple[float, float]:
-        ratios = self.ratios
-        rng = random.Random(seed)
-        medians = sorted(
-            statistics.median(rng.choices(ratios, k=len(ratios))) for _ in range(BOOTSTRAP_RESAMPLES)
-        )
-        tail = (1 - confidence) / 2
-        return medians[int(tail * len(medians))], medians[min(len(medians) - 1, int((1 - tail) * len(medians)))]
+    def interval(self) -> tuple[float, float]:
+        """The 95% bootstrap interval of the median speedup."""
+        return median_interval(self.ratios)
 
 
 WARM_CALL_BELOW_MS = 50.0  # slower steps stream their data anyway: no warm-up call needed

@@ -16,29 +16,19 @@ from typing import Any, Callable
 import torch
 
 from advisor.evidence import Timing
+from advisor.stats import median_half_width, percentile
 
 MIN_SAMPLES_SLOW = 3
 MEDIAN_PRECISION = 0.025  # half-width of the median's ~95% interval, over the median
 
 
-def median_half_width(samples_ms: list[float]) -> float:
-    """The median's ~95% interval half-width over the median (1.57 IQR / sqrt(n), McGill et al.)."""
-    if len(samples_ms) < 4:
-        return float("inf")
-    quartiles = statistics.quantiles(samples_ms, n=4, method="inclusive")
-    median = statistics.median(samples_ms)
-    return 1.57 * (quartiles[2] - quartiles[0]) / len(samples_ms) ** 0.5 / median if median > 0 else float("inf")
-
-
 def summarize(samples_ms: list[float], timer: str, warmup: int) -> Timing:
-    ordered = sorted(samples_ms)
-    quartiles = statistics.quantiles(ordered, n=4, method="inclusive") if len(ordered) > 1 else [ordered[0]] * 3
-    mean = statistics.fmean(ordered)
-    spread = statistics.pstdev(ordered) if len(ordered) > 1 else 0.0
+    mean = statistics.fmean(samples_ms)
+    spread = statistics.pstdev(samples_ms) if len(samples_ms) > 1 else 0.0
     return Timing(
         timer=timer, warmup_steps=warmup, samples_ms=samples_ms,
-        median_ms=statistics.median(ordered), p25_ms=quartiles[0], p75_ms=quartiles[2],
-        min_ms=ordered[0], cv=spread / mean if mean > 0 else 0.0,
+        median_ms=statistics.median(samples_ms), p25_ms=percentile(samples_ms, 25), p75_ms=percentile(samples_ms, 75),
+        min_ms=min(samples_ms), cv=spread / mean if mean > 0 else 0.0,
     )
 
 

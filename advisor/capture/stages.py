@@ -1,0 +1,161 @@
+"""The capture's stages in the supervised child: load the model file, record the environment, time the
+step, watch its calls, profile it, count its FLOPs, capture its graph, count its routing, measure its
+data loader. Each returns its evidence as JSON (the parent builds Evidence from it: ``collect.py``)."""
+
+from __future__ import annotations
+
+import json
+import traceback
+from typing import Callable
+
+from advisor.errors import AuditError, StageError
+from advisor.sandbox.registry import StagePlan, stage
+
+# calls runs before trace: a step that starts its own profiler cannot be profiled (nested Kineto
+# sessions crash the process), and the watched calls tell in advance.
+CAPTURE = StagePlan(modules=("advisor.capture.stages",),
+                    stages=("load", "env", "timing", "calls", "trace", "flops", "graph", "routing", "data"))
+PROFILE_STEPS = 5
+
+
+@stage("load")
+def _load(state: dict, progress: Callable[[str], None]) -> str:
+    from advisor.workload.target import load_target
+
+    spec = state["spec"]
+    deadline = spec.get("fetch_deadline_s", 60.0)
+    if "target" not in state:  # the Python API hands over a live target
+        state["target"] = load_target(spec["model_file"], spec.get("mode", "auto"), spec.get("device", "auto"), deadline)
+    state["target"].prepare_feed(deadline)
+    from advisor.capture.describe_target import describe_target
+
+    return describe_target(state["target"]).model_dump_json()
+
+
+@stage("env")
+def _env(state: dict, progress: Callable[[str], None]) -> str:
+    from advisor.capture.env import capture_environment
+    from advisor.files.intercept import suspended
+
+    with suspended():  # advisor's own probing (platform runs `uname -p`): not the user's doing
+        return capture_environment(state["target"].device).model_dump_json()
+
+
+@stage("timing", runs_the_step=True)
+def _timing(state: dict, progress: Callable[[str], None]) -> str:
+    from advisor.workload.step import make_step, run_user_step
+    from advisor.workload.timing import time_steps
+
+    target = state["target"]
+    spec = state["spec"]
+    step = make_step(target, *target.fresh())
+    run_user_step("timing", target, step)  # a failing step is reported at the user's line
+    timing = time_steps(
+        step, target.device, warmup=spec.get("warmup", 3), min_samples=spec.get("min_samples", 10),
+        budget_s=spec.get("timing_budget_s", 3.0),
+        on_sample=lambda n: progress(f"{n} timed steps"),
+    )
+    return timing.model_dump_json()
+
+
+@stage("trace", runs_the_step=True)
+def _trace(state: dict, progress: Callable[[str], None]) -> str | None:
+    from advisor.capture.profile import record_trace
+    from advisor.workload.step import make_step, run_user_step
+
+    if state.get("step_profiles_itself"):
+        state["skip_reason"] = ("the step starts its own profiler (see debug-apis); profilers cannot nest, so "
+                                "advisor did not profile it: remove the profiler to get the trace-based findings")
+        return None
+    target = state["target"]
+    spec = state["spec"]
+    path = spec["trace_path"]
+    step = make_step(target, *target.fresh())
+    run_user_step("trace", target, step)
+    try:
+        record_trace(step, target.device, path, steps=spec.get("profile_steps", PROFILE_STEPS))
+    except Exception:  # noqa: BLE001 - the source annotator is ours; retry plainly
+        progress("source annotation failed; profiling without it")
+        record_trace(step, target.device, path, steps=spec.get("profile_steps", PROFILE_STEPS), annotate=False)
+    return json.dumps({"trace_path": path})
+
+
+@stage("flops", runs_the_step=True)
+def _flops(state: dict, progress: Callable[[str], None]) -> str:
+    import torch
+
+    from advisor.capture.flops import count_flops
+    from advisor.workload.step import make_step
+    from advisor.workload.target import call_model, call_user
+
+    target = state["target"]
+    step = make_step(target, *target.fresh())
+
+    def forward() -> None:  # only when counting the whole step fails: a copy of its own
+        model, feed, _ = target.fresh()
+        with torch.no_grad():
+            call_model(model, feed.inputs)
+    counted = count_flops(lambda: call_user("flops", target.path, "the model step", step),
+                          forward if target.mode == "train" else None)
+    return counted.model_dump_json()
+
+
+@stage("graph")
+def _graph(state: dict, progress: Callable[[str], None]) -> str:
+    from advisor.capture.graph import capture_graph
+    from advisor.capture.parts import capture_by_parts
+
+    target = state["target"]
+    model, feed, _ = target.fresh()
+    try:
+        capture = capture_graph(model, feed.inputs)
+    except Exception as failure:  # noqa: BLE001 - Dynamo raises many types
+        text = str(failure).strip().splitlines()
+        whole = f"TorchDynamo could not capture the whole model ({type(failure).__name__}: {text[0] if text else ''})"
+        progress("whole-model capture failed; capturing submodules")
+        try:
+            capture = capture_by_parts(target.fresh()[0], feed.inputs, whole)
+        except Exception as by_parts:  # noqa: BLE001
+            raise AuditError(StageError(
+                stage="graph", kind="unsupported", message=f"{whole}, nor any submodule on its own",
+                detail="".join(traceback.format_exception(failure) + traceback.format_exception(by_parts)),
+            )) from None
+    return capture.model_dump_json()
+
+
+@stage("calls", runs_the_step=True)
+def _calls(state: dict, progress: Callable[[str], None]) -> str:
+    from advisor.capture.autocast import step_autocast, watching_autocast
+    from advisor.capture.calls import watch_step_calls
+    from advisor.opnames import PROFILERS
+
+    with watching_autocast() as seen:
+        sites = watch_step_calls(state["target"])
+    state["step_profiles_itself"] = any(site.runtime and site.api in PROFILERS for site in sites)
+    return json.dumps({"sites": [site.model_dump() for site in sites], "autocast": step_autocast(seen)})
+
+
+@stage("routing")
+def _routing(state: dict, progress: Callable[[str], None]) -> str:
+    from advisor.capture.routing import measure_routing
+
+    return json.dumps([group.model_dump() for group in measure_routing(state["target"])])
+
+
+@stage("data")
+def _data(state: dict, progress: Callable[[str], None]) -> str | None:
+    from advisor.capture.data import measure_loader
+    from advisor.workload.target import call_user
+
+    target = state["target"]
+    if target.get_dataloader is None:
+        state["skip_reason"] = "the model file defines no get_dataloader()"
+        return None
+    loader = call_user("data", target.path, "get_dataloader()", target.get_dataloader)
+    if not hasattr(loader, "__iter__"):
+        raise AuditError(StageError(stage="data", kind="user-code",
+                                    message=f"get_dataloader() returned {type(loader).__name__}, which is not iterable"))
+    defined_at = (target.path, target.get_dataloader.__code__.co_firstlineno)
+    info = call_user("data", target.path, "iterating the data loader",
+                     lambda: measure_loader(loader, on_batch=lambda n: progress(f"{n} batches"), fallback_source=defined_at))
+    return info.model_dump_json()

@@ -1,0 +1,79 @@
+"""The one verification method, for every entry point: plan, decide what needs no run, measure the rest
+(wherever the entry point runs the model), bring the results back to their findings by id, and demote
+what measured no gain.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from advisor.errors import StageError
+from advisor.report.schema import Report
+from advisor.rulekit.engine import RuleConfig
+from advisor.rulekit.rule import Finding, Severity, Verification
+from advisor.verify.plan import MeasuredFixes, plan_verification
+
+
+def verification_blocker(errors: list[StageError]) -> str | None:
+    """Why fixes must not be measured after this capture, or None: never after a hang or a crash
+    (the model may do it again), nor when the step could not be timed or profiled."""
+    unsafe = [e for e in errors if e.kind in ("timeout", "crash") or e.stage in ("timing", "trace")]
+    if not unsafe:
+        return None
+    return f"not attempted: the {unsafe[0].stage} stage {unsafe[0].kind}"
+
+
+def attach_verification(report: Report, measured: MeasuredFixes) -> None:
+    """Each finding gets its measured (or decided) Verification, matched by the finding's id."""
+    by_id = {finding.id: finding for finding in report.findings}
+    for finding_id, result in measured.results.items():
+        if finding_id in by_id:
+            by_id[finding_id].verification = Verification.model_validate(result)
+    report.verification.combined = measured.combined
+
+
+def verify_findings(report: Report, rules: RuleConfig, errors: list[StageError],
+                    measure: Callable[[list[Finding]], MeasuredFixes | str]) -> None:
+    """The one verification method: plan, decide what needs no run, measure the rest.
+
+    ``measure`` runs the measurable fixes wherever the entry point runs the model (the supervised
+    child, or this process for the Python API) and returns their results, or a sentence saying
+    why it did not finish.
+    """
+    if not report.verification.enabled or not report.findings:
+        return
+    blocker = verification_blocker(errors)
+    if blocker is not None:
+        report.verification.note = blocker
+        return
+    to_measure, decided = plan_verification(report.findings, rules.ruleset, report.target.device)
+    attach_verification(report, decided)
+    if not to_measure:
+        return
+    outcome = measure(to_measure)
+    if isinstance(outcome, str):
+        report.verification.note = outcome
+    else:
+        attach_verification(report, outcome)
+        demote_unhelpful(report)
+
+
+def demote_unhelpful(report: Report) -> None:
+    """A finding whose own fix measured no gain or a loss here is not handed over as a costly item:
+    it becomes INFO, says what was measured, leaves the impact ranking (and so the executive
+    summary), and its estimated share is replaced by what the measurement allows."""
+    for finding in report.findings:
+        v = finding.verification
+        if v is None or v.status not in ("no-gain", "slower") or v.speedup is None:
+            continue
+        measured_share = max(0.0, 1 - 1 / v.ci_high) if v.ci_high else 0.0  # the most the fix could save
+        estimate = (f"; the rule's estimate of {finding.impact:.0%} of the step was more than the fix can recover "
+                    f"(at most {measured_share:.0%} by this measurement)") if finding.impact and finding.impact > measured_share else ""
+        finding.severity_before_demotion = finding.severity
+        finding.severity = Severity.INFO
+        finding.demoted = (f"its fix measured {'slower' if v.status == 'slower' else 'no gain'} here "
+                           f"({v.speedup:.2f}x [{v.ci_low:.2f}-{v.ci_high:.2f}]): the pattern is real, "
+                           f"but not costly on this machine at this size{estimate}")
+        if finding.impact is not None:
+            finding.impact = round(min(finding.impact, measured_share), 4)
+    report.findings.sort(key=lambda f: (bool(f.demoted),))  # stable: the ranking otherwise stays
