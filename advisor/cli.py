@@ -18,6 +18,8 @@ from advisor.trace.gc_pause import gc_paused
 from advisor.version import __version__
 
 EXIT_FAILED = 2
+PAIRS_HELP = ("Measure each fix with exactly N interleaved baseline/candidate pairs, however long it takes, "
+              "instead of within --budget (the same work on any machine, for CI).")
 SHADOW_LIMIT_HELP = ("Most an experiment run's shadow of your files may hold, and the copies kept of what the audited "
                      "run changes [default: a third of the scratch folder's free space].")
 
@@ -70,12 +72,13 @@ def cli() -> None:
 @click.option("--verify/--no-verify", default=True, help="Verify fixes by measurement (when available).")
 @click.option("--budget", type=click.FloatRange(min=0), default=120, show_default=True,
               help="Seconds for fix verification.")
+@click.option("--pairs", type=click.IntRange(min=2), default=None, metavar="N", help=PAIRS_HELP)
 @click.option("--shadow-limit", "shadow_limit", type=click.FloatRange(min=0, min_open=True), default=None, metavar="MB",
               help=SHADOW_LIMIT_HELP)
 @click.option("--quiet", is_flag=True, help="No progress on stderr.")
 @click.option("--debug", is_flag=True, help="Show tracebacks of failures.")
 def audit(model_file, out_dir, formats, mode, device, timeout, rule_dirs, settings, disabled, fail_on, verify,
-          budget, shadow_limit, quiet, debug) -> None:
+          budget, pairs, shadow_limit, quiet, debug) -> None:
     """Audit MODEL_FILE (defines get_model() and get_inputs()) and write its report."""
     chosen = _formats(formats)
     if not os.path.isfile(model_file):
@@ -87,7 +90,7 @@ def audit(model_file, out_dir, formats, mode, device, timeout, rule_dirs, settin
     options = AuditOptions(
         model_file=model_file, out_dir=out_dir, formats=chosen, mode=mode, device=device, timeout=timeout,
         rule_dirs=tuple(rule_dirs), settings=tuple(settings), disabled=tuple(disabled), fail_on=fail_on,
-        verify=verify, budget=budget, shadow_limit_mb=shadow_limit,
+        verify=verify, budget=budget, pairs=pairs, shadow_limit_mb=shadow_limit,
     )
     stem = os.path.splitext(os.path.basename(model_file))[0]
     _audit_and_report(lambda progress: run_audit(options, progress), model_file, stem, out_dir, chosen, fail_on,
@@ -133,12 +136,13 @@ def _audit_and_report(audit_with, subject: str, stem: str, out_dir: str, formats
               help="A function whose every return ends a step (train_step, or module:Class.method).")
 @click.option("--timeout", type=click.FloatRange(min=1), default=300, show_default=True,
               help="Seconds the script may run before it is stopped (between two steps).")
+@click.option("--pairs", type=click.IntRange(min=2), default=None, metavar="N", help=PAIRS_HELP)
 @click.option("--shadow-limit", "shadow_limit", type=click.FloatRange(min=0, min_open=True), default=None, metavar="MB",
               help=SHADOW_LIMIT_HELP)
 @click.option("--quiet", is_flag=True, help="No progress on stderr.")
 @click.option("--debug", is_flag=True, help="Show tracebacks of failures.")
 def run(command, out_dir, formats, rule_dirs, settings, disabled, fail_on, warmup_steps, steps, full, show_output,
-        step_marker, verify, budget, timeout, shadow_limit, quiet, debug) -> None:
+        step_marker, verify, budget, timeout, pairs, shadow_limit, quiet, debug) -> None:
     """Audit an unmodified script: advisor run [OPTIONS] -- python train.py --its --args"""
     from advisor.commands.run import RunOptions, run_script
 
@@ -146,7 +150,8 @@ def run(command, out_dir, formats, rule_dirs, settings, disabled, fail_on, warmu
     options = RunOptions(command=tuple(command), out_dir=out_dir, formats=chosen, warmup_steps=warmup_steps,
                          steps=steps, full=full, timeout=timeout, rule_dirs=tuple(rule_dirs),
                          settings=tuple(settings), disabled=tuple(disabled), fail_on=fail_on, show_output=show_output,
-                         step_marker=step_marker, verify=verify, budget=budget, shadow_limit_mb=shadow_limit)
+                         step_marker=step_marker, verify=verify, budget=budget, pairs=pairs,
+                         shadow_limit_mb=shadow_limit)
     script = options.script
     if script.endswith(".py") and not os.path.isfile(script):
         _fail(f"{script}: no such file; advisor run runs the command after --, e.g. advisor run -- python train.py")

@@ -80,7 +80,7 @@ def test_no_scratch_folder_is_left_behind(tmp_path, monkeypatch):
     """)
     crashed = audit(path, tmp_path / "out")
     assert crashed.report.errors and crashed.report.errors[0].kind == "crash"
-    healthy = audit(SAMPLES / "zero_grad_in_place.py", tmp_path / "out", verify=True, budget=8)
+    healthy = audit(SAMPLES / "zero_grad_in_place.py", tmp_path / "out", verify=True, pairs=4)
     assert [f.verification.status for f in healthy.report.findings if f.verification] != []  # a fix was measured in a child
     assert list(scratch.iterdir()) == []
 

@@ -183,7 +183,7 @@ def test_the_scripts_own_profiler_steps_are_its_step_boundaries(tmp_path):
 
 def test_injectable_fixes_are_verified_by_running_the_script_again(tmp_path):
     # the verifier keeps to its budget: at least 3 runs per side per fix; the loader's fix is left out here
-    report = _run(SCRIPTS / "train_loop.py", tmp_path, verify=True, budget=45, disabled=("dataloader-workers",)).report
+    report = _run(SCRIPTS / "train_loop.py", tmp_path, verify=True, pairs=3, disabled=("dataloader-workers",)).report
     by_slug = {f.slug: f.verification for f in report.findings}
     save, zero = by_slug["checkpoint-in-step"], by_slug["zero-grad"]
     for measured in (save, zero):  # measured on alternating runs; the verdict is this machine's
@@ -294,8 +294,8 @@ def test_the_rules_own_fixes_are_injected_into_the_script_and_their_numerics_che
     for name, text in FIXING_RULES.items():
         (rules / name).write_text(textwrap.dedent(text), encoding="utf-8")
     script = write_model(tmp_path, CONV_SCRIPT, name="conv_train.py")
-    # a budget that holds on a slow or loaded machine; a clear verdict ends a fix's runs early on a fast one
-    report = _run(script, tmp_path / "out", steps=6, verify=True, budget=150, rule_dirs=(str(rules),),
+    # a run count, not a time budget: every fix gets its 3 runs per side on a slow or loaded machine too
+    report = _run(script, tmp_path / "out", steps=6, verify=True, pairs=3, rule_dirs=(str(rules),),
                   disabled=("channels-last",)).report
     by_slug = {f.slug: f.verification for f in report.findings}
     changed, wrong = by_slug["test-model-changes"], by_slug["test-wrong"]

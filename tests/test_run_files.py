@@ -52,7 +52,7 @@ def test_verification_leaves_the_files_exactly_as_the_audited_run_alone_does(tmp
     shutil.copytree(alone, verified, copy_function=shutil.copy2)
     done = subprocess.run(_advisor(alone, "--no-verify"), cwd=alone, capture_output=True, text=True, timeout=600)
     assert done.returncode in (0, 1), done.stderr
-    done = subprocess.run(_advisor(verified, "--budget", "60", "--disable", "missing-amp"), cwd=verified,
+    done = subprocess.run(_advisor(verified, "--pairs", "3", "--disable", "missing-amp"), cwd=verified,
                           capture_output=True, text=True, timeout=900)
     assert done.returncode in (0, 1), done.stderr
     for name in ("ckpt.pt", "metrics.csv"):  # byte for byte what the audited run alone leaves
@@ -114,7 +114,7 @@ OVERFLOWING = """
 def test_an_experiment_that_overflows_the_shadow_is_stopped_and_says_which_file(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     script = write_model(tmp_path, OVERFLOWING, name="dumps.py")
-    result = run_script(RunOptions(command=(sys.executable, str(script)), out_dir=str(tmp_path / "out"), budget=60,
+    result = run_script(RunOptions(command=(sys.executable, str(script)), out_dir=str(tmp_path / "out"), pairs=3,
                                    shadow_limit_mb=1.0))
     [zero] = [f for f in result.report.findings if f.slug == "zero-grad"]
     assert zero.verification.status == "not-verifiable-here"

@@ -35,6 +35,7 @@ def audit(
     device: str = "auto",
     verify: bool = True,
     budget: float = 60.0,
+    pairs: int | None = None,
     rules: tuple[str, ...] = (),
     settings: tuple[str, ...] = (),
     disable: tuple[str, ...] = (),
@@ -42,7 +43,8 @@ def audit(
 ) -> Report:
     """Audit a live model on one batch of ``inputs`` (Tensor, tuple -> *args, dict -> **kwargs), or,
     with ``get_dataloader``, on the loader's real batches (``inputs`` may then be None). The trace is
-    written to ``trace_dir``, or else to a temporary folder that is kept (the report links to it)."""
+    written to ``trace_dir``, or else to a temporary folder that is kept (the report links to it). Fixes are
+    measured within ``budget`` seconds, or with exactly ``pairs`` interleaved pairs each, however long that takes."""
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"model is a {type(model).__name__}, not a torch.nn.Module")
     if inputs is None and get_dataloader is None:
@@ -58,12 +60,12 @@ def audit(
     run = run_inline(state, CAPTURE)
     evidence, errors = build_evidence(run, "<python>")
     report = assemble_report(evidence, config, errors=errors, stages=stage_records(run),
-                             verification=VerificationSettings(enabled=verify, budget_s=budget))
+                             verification=VerificationSettings(enabled=verify, budget_s=budget, pairs=pairs))
 
-    def measure_here(findings):
-        from advisor.verify.copies import verify_all
+    def measure(findings):
+        from advisor.verify.copies import measure_here
 
-        return verify_all(target, config.ruleset, findings, budget)
+        return measure_here(target, config.ruleset, findings, budget, pairs)
 
-    verify_findings(report, config, errors, measure_here)
+    verify_findings(report, config, errors, measure)
     return report

@@ -28,7 +28,7 @@ from advisor.rulekit.engine import RuleConfig
 from advisor.rulekit.rule import Finding, Verification
 from advisor.sandbox.supervisor import CaptureRun, run_capture
 from advisor.trace.parse import TraceFormatError, parse_trace
-from advisor.verify.orchestrate import verify_findings
+from advisor.verify.orchestrate import measure_fixes, verify_findings
 from advisor.verify.plan import MeasuredFixes
 from advisor.verify.stage import VERIFY
 
@@ -50,6 +50,7 @@ class AuditOptions:
     fail_on: str = "high"
     verify: bool = True
     budget: float = 120.0
+    pairs: int | None = None  # each fix measured with exactly this many pairs, whatever the time (no budget)
     shadow_limit_mb: float | None = None  # the capture's journal and each verification child's shadow
 
 
@@ -90,7 +91,7 @@ def run_audit(options: AuditOptions, progress: Callable[[str], None] = lambda te
         report = assemble_report(
             evidence, rules, errors=errors, stages=stage_records(run),
             output=ModelOutput(stdout=run.stdout, stderr=run.stderr),
-            verification=VerificationSettings(enabled=options.verify, budget_s=options.budget),
+            verification=VerificationSettings(enabled=options.verify, budget_s=options.budget, pairs=options.pairs),
             run_rules=run.outcomes["load"].status == "ok",
         )
         files.remember()
@@ -104,45 +105,24 @@ def run_audit(options: AuditOptions, progress: Callable[[str], None] = lambda te
 
 
 def _measure_in_child(findings: list[Finding], spec: dict, options: AuditOptions, progress,
-                      files: FileSession) -> MeasuredFixes | str:
-    """Measure each fix in a fresh supervised child (the user's code runs there, never here), then
-    the verified ones together in another. One process per fix, as the step itself was timed in a
-    fresh one: a process's memory allocator adapts to what ran before (manual_attention's baseline
-    step: 7 ms fresh, 4.2 ms after another fix had been measured), so fixes measured one after
-    another in one process would depend on their order."""
-    started = time.monotonic()
-    measured = MeasuredFixes()
-    verified: list[Finding] = []
-    for index, finding in enumerate(findings):
-        left = options.budget - (time.monotonic() - started)
-        # an equal share of what is left for each fix still to measure, and one for all of them together
-        share = left / (len(findings) - index + (1 if len(findings) > 1 else 0))
-        if share < MIN_CHILD_BUDGET_S:
-            measured.results[finding.id] = Verification(
-                status="skipped", device=spec.get("device", ""), note=f"verification budget spent (--budget {options.budget:g} s)")
-            continue
-        outcome = _child(spec, [finding], share, options, progress, files, together=False)
-        if isinstance(outcome, str):
-            measured.results[finding.id] = Verification(status="fix-failed", note=outcome)
-            continue
-        measured.results.update(outcome.results)
-        if (result := outcome.results.get(finding.id)) is not None and result.status == "verified":
-            verified.append(finding)
-    left = options.budget - (time.monotonic() - started)
-    if len(verified) > 1 and left >= MIN_CHILD_BUDGET_S:
-        outcome = _child(spec, verified, left, options, progress, files, together=True)
-        measured.combined = outcome.combined if not isinstance(outcome, str) else None
-    elif len(verified) == 1:
-        measured.combined = measured.results[verified[0].id]
-    return measured
+                      files: FileSession) -> MeasuredFixes:
+    """Each fix in a fresh supervised child (the user's code runs there, never here), then the verified
+    ones together in another. One process per fix, as the step itself was timed in a fresh one: a
+    process's memory allocator adapts to what ran before (manual_attention's baseline step: 7 ms fresh,
+    4.2 ms after another fix had been measured), so fixes measured one after another in one process
+    would depend on their order."""
+    return measure_fixes(findings, lambda chosen, seconds: _child(spec, chosen, seconds, options, progress, files),
+                         None if options.pairs else options.budget, lambda: MIN_CHILD_BUDGET_S,
+                         device=spec.get("device", ""), progress=progress)
 
 
 def _child(spec: dict, findings: list[Finding], budget_s: float, options: AuditOptions, progress,
-           files: FileSession, together: bool) -> MeasuredFixes | str:
-    """One verification child: an experiment, so its writes go to a shadow of the user's files."""
+           files: FileSession) -> Verification:
+    """One verification child, measuring ``findings``' fixes as one candidate: an experiment, so its
+    writes go to a shadow of the user's files."""
     verify_spec = {**spec, "verify": [f.model_dump(mode="json") for f in findings], "budget_s": budget_s,
-                   "rule_dirs": list(options.rule_dirs), "together": together}
-    timeout = max(options.timeout, budget_s + VERIFY_MARGIN_S)
+                   "rule_dirs": list(options.rule_dirs), "pairs": options.pairs}
+    timeout = options.timeout if options.pairs else max(options.timeout, budget_s + VERIFY_MARGIN_S)
     environment, arm = files.shadow_environment()
     began = time.monotonic()
     try:
@@ -150,15 +130,16 @@ def _child(spec: dict, findings: list[Finding], budget_s: float, options: AuditO
                               environment=environment, scratch_in=arm)
         full = files.full(arm)
     finally:
-        label = "all verified fixes" if together else "fix of " + findings[0].slug
+        label = "fix of " + findings[0].slug if len(findings) == 1 else "all verified fixes"
         files.finish_run(arm, label, time.monotonic() - began, None, "")
     if full is not None:
-        return full
+        return Verification(status="not-verifiable-here", note=full)
     text = outcome.result("verify")
     if text is None:
         failure = next(iter(outcome.errors), None)
-        return f"verification did not finish: {failure.message if failure else 'unknown'}"
-    return MeasuredFixes.model_validate_json(text)
+        return Verification(status="fix-failed",
+                            note=f"verification did not finish: {failure.message if failure else 'unknown'}")
+    return Verification.model_validate_json(text)
 
 
 def stage_records(run: CaptureRun) -> list[StageRecord]:

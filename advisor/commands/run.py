@@ -58,6 +58,7 @@ class RunOptions:
     step_marker: str = ""
     verify: bool = True
     budget: float = 120.0
+    pairs: int | None = None  # exactly this many runs per side for each fix, whatever the time (no budget)
     shadow_limit_mb: float | None = None  # the journal's and each experiment's shadow (default: a third of the free space)
 
     @property
@@ -98,7 +99,7 @@ def _run_with(files: FileSession, options: RunOptions, progress: Callable[[str],
     report = assemble_report(
         evidence, rules, errors=errors, stages=_stages(run, evidence, notes),
         output=ModelOutput(stdout=run.stdout, stderr=run.stderr),
-        verification=VerificationSettings(enabled=options.verify, budget_s=options.budget),
+        verification=VerificationSettings(enabled=options.verify, budget_s=options.budget, pairs=options.pairs),
         run_rules=evidence.timing is not None,
     )
     if not run.interrupted:
@@ -109,7 +110,7 @@ def _run_with(files: FileSession, options: RunOptions, progress: Callable[[str],
                  "model": {"class": evidence.target.model_class, "params": evidence.target.param_count}
                  if evidence.target.model_class else {}}
         verifier = RunVerifier(list(options.command), known, rules.ruleset, options.budget, options.timeout, files=files,
-                               progress=progress)
+                               progress=progress, pairs=options.pairs)
         refusal = files.refusal()
         verify_findings(report, rules, errors, lambda findings: refusal or verifier.verify(findings))
         if verifier.interrupted:

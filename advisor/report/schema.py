@@ -90,6 +90,7 @@ class ModelOutput(Record):
 class VerificationSettings(Record):
     enabled: bool = True
     budget_s: float = 120.0
+    pairs: int | None = Field(default=None, description="pairs measured per fix when fixed (--pairs), else by budget")
     note: str = ""
     combined: Verification | None = Field(default=None, description="all verified fixes applied together")
 

@@ -28,6 +28,7 @@ from advisor.rulekit.rule import Finding, Verification
 from advisor.run import first_results
 from advisor.run.launch import launch
 from advisor.verify.measure import ABResult, verdict
+from advisor.verify.orchestrate import measure_fixes
 from advisor.verify.plan import MeasuredFixes
 
 MIN_PAIRS = 3
@@ -71,6 +72,7 @@ class RunVerifier:
     files: FileSession | None = None  # where every run's shadow lies (needed once a run starts)
     progress: Callable[[str], None] = lambda text: None
     interrupted: str = ""  # what stopped the experiments, when something did
+    pairs: int | None = None  # exactly this many runs per side for each fix, whatever the time (no budget)
     started: float = field(default_factory=time.monotonic)
     baseline_s: list[float] = field(default_factory=list)  # wall time of each run without a fix
 
@@ -87,32 +89,14 @@ class RunVerifier:
     def verify(self, findings: list[Finding]) -> MeasuredFixes:
         measured = MeasuredFixes()
         try:
-            self._verify(findings, measured)
+            measured = measure_fixes(findings, self.measure, None if self.pairs else self.budget_s,
+                                     lambda: self.pair_estimate * MIN_PAIRS, self.window.get("device", ""), self.progress)
         except RunsInterrupted as stopped:
             self.interrupted = stopped.stopped_by
             for finding in findings:
                 measured.results.setdefault(finding.id, Verification(
                     status="skipped", note=f"interrupted ({stopped.stopped_by}) before it was measured"))
         return measured
-
-    def _verify(self, findings: list[Finding], measured: MeasuredFixes) -> None:
-        verified: list[Finding] = []
-        for index, finding in enumerate(findings):
-            if self.left < self.pair_estimate * MIN_PAIRS:
-                measured.results[finding.id] = Verification(
-                    status="skipped", note=f"verification budget spent (--budget {self.budget_s:g} s)")
-                continue
-            share = self.left / (len(findings) - index + (1 if len(findings) > 1 else 0))
-            self.progress(f"{finding.slug}: running the script with the fix and without, alternately")
-            outcome = self.measure([finding], share)
-            measured.results[finding.id] = outcome
-            if outcome.status == "verified":
-                verified.append(finding)
-        if len(verified) > 1 and self.left >= self.pair_estimate * MIN_PAIRS:
-            self.progress("all verified fixes together: running the script with them and without, alternately")
-            measured.combined = self.measure(verified, self.left)
-        elif len(verified) == 1:
-            measured.combined = measured.results[verified[0].id]
 
     def measure(self, findings: list[Finding], share_s: float) -> Verification:
         outcome = self._measure(findings, share_s)
@@ -124,7 +108,7 @@ class RunVerifier:
         tolerance = max(self.ruleset.get(f.slug).fix_spec.tolerance for f in findings)
         base, cand = Arm(), Arm()
         began = time.monotonic()
-        while len(base.windows) < MAX_PAIRS:
+        while len(base.windows) < (self.pairs or MAX_PAIRS):
             pair_began = time.monotonic()
             for arm, injected in ((base, []), (cand, fixes)):
                 run_began = time.monotonic()
@@ -139,8 +123,8 @@ class RunVerifier:
                 if failed is not None:
                     return failed  # known after two pairs: no need to time a fix that changes the results
             pair_s = time.monotonic() - pair_began
-            if len(base.windows) >= MIN_PAIRS and (time.monotonic() - began + pair_s > share_s
-                                                   or self._decided(base, cand)):
+            if not self.pairs and len(base.windows) >= MIN_PAIRS and (time.monotonic() - began + pair_s > share_s
+                                                                      or self._decided(base, cand)):
                 break
         first = cand.windows[0]
         if first["rewrite_unapplied"]:

@@ -22,6 +22,7 @@ from advisor.rulekit.rule import Finding, FixSpec, NotVerifiable, Verification
 from advisor.verify.compiled import WatchedRewrite, eager_random_in_compiled_code
 from advisor.verify.measure import interleave, verdict
 from advisor.verify.numerics import compare, gradients_after, outputs_after
+from advisor.verify.orchestrate import measure_fixes
 from advisor.verify.plan import MeasuredFixes
 from advisor.workload.feed import Feed
 from advisor.workload.step import make_step
@@ -46,46 +47,20 @@ class Budget:
         return self.seconds - (time.monotonic() - self.started)
 
 
-def verify_all(
-    target: Target,
-    ruleset: RuleSet,
-    findings: list[Finding],
-    budget_s: float,
-    progress: Callable[[str], None] = lambda text: None,
-    together: bool = False,
-) -> MeasuredFixes:
-    """Measure each finding's fix (findings as planned: measurable ones, most impact first), then
-    the verified ones together; with ``together``, only all of them at once (already verified)."""
-    budget = Budget(budget_s)
-    measured = MeasuredFixes()
-    if together:
-        fixes = [(finding, ruleset.get(finding.slug).fix_spec) for finding in findings]
-        progress("all verified fixes together")
-        measured.combined = verify_one(target, fixes, budget, progress, label="all fixes")
-        return measured
-    applied: list[tuple[Finding, FixSpec]] = []
-    device = str(target.device)
+def measure_here(target: Target, ruleset: RuleSet, findings: list[Finding], budget_s: float | None,
+                 pairs: int | None = None, progress: Callable[[str], None] = lambda text: None) -> MeasuredFixes:
+    """The Python API: every fix measured on copies in this process (there is no model file to run in a
+    child), through the one orchestration."""
     if not findings:
-        return measured
-    step_ms = _probe_step_ms(target)
-    needed_s = step_ms * 2 * (WARMUP_STEPS + MIN_PAIRS) / 1000
-    for finding in findings:
-        spec = ruleset.get(finding.slug).fix_spec
-        if budget.left < needed_s * 1.5:
-            measured.results[finding.id] = Verification(status="skipped", device=device,
-                                                        note=f"verification budget spent (--budget {budget_s:g} s)")
-            continue
-        progress(f"{finding.slug}: applying the fix to a copy")
-        outcome = verify_one(target, [(finding, spec)], budget, progress, label=finding.slug)
-        measured.results[finding.id] = outcome
-        if outcome.status == "verified":
-            applied.append((finding, spec))
-    if len(applied) > 1 and budget.left > needed_s:
-        progress("all verified fixes together")
-        measured.combined = verify_one(target, applied, budget, progress, label="all fixes")
-    elif len(applied) == 1:
-        measured.combined = measured.results[applied[0][0].id]
-    return measured
+        return MeasuredFixes()
+    needed_s = _probe_step_ms(target) * 2 * (WARMUP_STEPS + MIN_PAIRS) / 1000
+
+    def measure_set(chosen: list[Finding], seconds: float) -> Verification:
+        fixes = [(finding, ruleset.get(finding.slug).fix_spec) for finding in chosen]
+        label = chosen[0].slug if len(chosen) == 1 else "all fixes"
+        return verify_one(target, fixes, Budget(seconds), progress, label, pairs)
+    return measure_fixes(findings, measure_set, None if pairs else budget_s, lambda: needed_s * 1.5,
+                         device=str(target.device), progress=progress)
 
 
 def _probe_step_ms(target: Target) -> float:
@@ -101,7 +76,10 @@ def verify_one(
     budget: Budget,
     progress: Callable[[str], None],
     label: str,
+    pairs: int | None = None,
 ) -> Verification:
+    """One candidate (the fixes applied together) against the baseline, on fresh copies: numerics, then
+    interleaved timing for a share of ``budget`` (or exactly ``pairs`` pairs, whatever the time)."""
     device = str(target.device)
     for finding, spec in fixes:
         if (reason := spec.unmeasurable(finding, device)) is not None:
@@ -118,20 +96,21 @@ def verify_one(
         return Verification(status="fix-failed", device=device, note="the fix returned the target unchanged")
     tolerance = max(spec.tolerance for _, spec in fixes)
     if candidate.loader_options != target.loader_options:
-        return _verify_loader(target, candidate, budget, progress, label)
+        return _verify_loader(target, candidate, budget, progress, label, pairs)
     rewrite = None
     if candidate.compile_backend is not None:
         rewrite = WatchedRewrite(candidate.compile_backend)
         candidate = dataclasses.replace(candidate, compile_backend=rewrite)
     try:
-        return _verify_step(target, candidate, tolerance, budget, progress, label, rewrite)
+        return _verify_step(target, candidate, tolerance, budget, progress, label, rewrite, pairs)
     except Exception as broken:  # noqa: BLE001 - the fixed copy may not run at all
         return Verification(status="fix-failed", device=device, tolerance=tolerance,
                             note=f"the fixed copy raised {type(broken).__name__}: {str(broken).splitlines()[0] if str(broken) else ''}")
 
 
 def _verify_step(target: Target, candidate: Target, tolerance: float, budget: Budget,
-                 progress: Callable[[str], None], label: str, rewrite: WatchedRewrite | None = None) -> Verification:
+                 progress: Callable[[str], None], label: str, rewrite: WatchedRewrite | None = None,
+                 pairs: int | None = None) -> Verification:
     device = str(target.device)
     base_model, base_feed, base_opt = target.fresh()
     cand_model, cand_feed, cand_opt = candidate.fresh()
@@ -162,8 +141,7 @@ def _verify_step(target: Target, candidate: Target, tolerance: float, budget: Bu
         base_step()
         cand_step()
     progress(f"{label}: timing baseline and candidate, interleaved")
-    ab = interleave(base_step, cand_step, target.device, budget_s=max(1.0, budget.left * PER_FIX_SHARE),
-                    min_pairs=MIN_PAIRS)
+    ab = interleave(base_step, cand_step, target.device, **_pairs(budget, pairs))
     note = _numerics_note(target, comparison)
     if rewrite is not None and (what := rewrite.described()):
         note += f"; the candidate rewrote {what}"
@@ -183,8 +161,15 @@ def _numerics_note(target: Target, comparison) -> str:
     return f"{what} match within {comparison.max_rel_error:.2g} of their magnitude"
 
 
+def _pairs(budget: Budget, pairs: int | None) -> dict:
+    """How long to interleave: a share of the budget (at least MIN_PAIRS pairs), or exactly ``pairs``."""
+    if pairs:
+        return {"budget_s": float("inf"), "min_pairs": pairs, "max_pairs": pairs}
+    return {"budget_s": max(1.0, budget.left * PER_FIX_SHARE), "min_pairs": MIN_PAIRS}
+
+
 def _verify_loader(target: Target, candidate: Target, budget: Budget,
-                   progress: Callable[[str], None], label: str) -> Verification:
+                   progress: Callable[[str], None], label: str, pairs: int | None = None) -> Verification:
     """Data + step throughput over real batches, baseline loader against the rebuilt one."""
     device = str(target.device)
     if target.get_dataloader is None:
@@ -198,8 +183,7 @@ def _verify_loader(target: Target, candidate: Target, budget: Budget,
         base.chunk()
         cand.chunk()  # starts the workers; persistent ones stay up
         progress(f"{label}: timing data + step, interleaved")
-        ab = interleave(base.chunk, cand.chunk, target.device, budget_s=max(1.0, budget.left * PER_FIX_SHARE),
-                        min_pairs=MIN_PAIRS)
+        ab = interleave(base.chunk, cand.chunk, target.device, **_pairs(budget, pairs))
     finally:
         base.close()
         cand.close()

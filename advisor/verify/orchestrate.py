@@ -5,6 +5,7 @@ what measured no gain.
 
 from __future__ import annotations
 
+import time
 from typing import Callable
 
 from advisor.errors import StageError
@@ -77,3 +78,36 @@ def demote_unhelpful(report: Report) -> None:
         if finding.impact is not None:
             finding.impact = round(min(finding.impact, measured_share), 4)
     report.findings.sort(key=lambda f: (bool(f.demoted),))  # stable: the ranking otherwise stays
+
+
+def measure_fixes(findings: list[Finding], measure_set: Callable[[list[Finding], float], Verification],
+                  budget_s: float | None, minimum_s: Callable[[], float] = lambda: 0.0, device: str = "",
+                  progress: Callable[[str], None] = lambda text: None) -> MeasuredFixes:
+    """Each finding's fix alone (findings as planned: most impact first), then every verified fix together,
+    wherever the entry point runs them (``measure_set(findings, seconds)``: a child per set, runs of a
+    script, or copies in this process). Each gets an equal share of the budget left, with one share kept
+    for all together; a fix is skipped when less than ``minimum_s()`` is left (what one measurement needs
+    at the least). ``budget_s=None``: no time limit (the entry point measures a fixed number of pairs)."""
+    began = time.monotonic()
+
+    def left() -> float:
+        return float("inf") if budget_s is None else budget_s - (time.monotonic() - began)
+    measured = MeasuredFixes()
+    verified: list[Finding] = []
+    together = 1 if len(findings) > 1 else 0
+    for index, finding in enumerate(findings):
+        if left() < minimum_s():
+            measured.results[finding.id] = Verification(
+                status="skipped", device=device, note=f"verification budget spent (--budget {budget_s:g} s)")
+            continue
+        progress(f"{finding.slug}: measuring its fix against the baseline, alternately")
+        outcome = measure_set([finding], max(left() / (len(findings) - index + together), minimum_s()))
+        measured.results[finding.id] = outcome
+        if outcome.status == "verified":
+            verified.append(finding)
+    if len(verified) > 1 and left() >= minimum_s():
+        progress("all verified fixes together, against the baseline, alternately")
+        measured.combined = measure_set(verified, left())
+    elif len(verified) == 1:
+        measured.combined = measured.results[verified[0].id]
+    return measured

@@ -12,13 +12,15 @@ VERIFY = StagePlan(modules=("advisor.capture.stages", "advisor.verify.stage"), s
 
 @stage("verify")
 def _verify(state: dict, progress: Callable[[str], None]) -> str:
+    """The findings' fixes applied together, as one candidate, against the baseline."""
     from advisor.rulekit.engine import load_rules
     from advisor.rulekit.rule import Finding
-    from advisor.verify.copies import verify_all
+    from advisor.verify.copies import Budget, verify_one
 
     spec = state["spec"]
     ruleset = load_rules(spec.get("rule_dirs", []))
     findings = [Finding.model_validate(item) for item in spec["verify"]]
-    measured = verify_all(state["target"], ruleset, findings, spec["budget_s"], progress,
-                          together=spec.get("together", False))
-    return measured.model_dump_json()
+    fixes = [(finding, ruleset.get(finding.slug).fix_spec) for finding in findings]
+    label = findings[0].slug if len(findings) == 1 else "all fixes"
+    return verify_one(state["target"], fixes, Budget(spec["budget_s"]), progress, label,
+                      spec.get("pairs")).model_dump_json()
