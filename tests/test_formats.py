@@ -15,18 +15,21 @@ from advisor.report.compare import diff_reports, render_html, render_text
 from advisor.report.markdown import render_markdown
 from advisor.report.sarif import render_sarif
 from advisor.report.schema import Report, VerificationSettings
+from advisor.rulekit.engine import assign_ids
 from advisor.rulekit.rule import Finding, Fix, Layer, Location, Severity, Verification
 
 DATA = Path(__file__).parent / "data"
 
 
 def _report(step_ms: float = 10.0, findings: list[Finding] | None = None) -> Report:
+    findings = findings if findings is not None else [_finding()]
+    assign_ids(findings)  # as the engine names every finding it reports
     return Report(
         advisor_version="0.1.0", created="2026-01-01T00:00:00+00:00",
         target=TargetInfo(model_file="/w/model.py", model_class="Net", mode="train", device="cpu"),
         timing=Timing(timer="perf_counter", warmup_steps=3, samples_ms=[step_ms] * 10, median_ms=step_ms,
                       p25_ms=step_ms, p75_ms=step_ms, min_ms=step_ms, cv=0.0),
-        findings=findings if findings is not None else [_finding()],
+        findings=findings,
         verification=VerificationSettings(combined=Verification(status="verified", speedup=1.5, ci_low=1.4,
                                                                 ci_high=1.6, samples=40)),
     )
@@ -110,6 +113,13 @@ def test_diff_cli_exit_codes(tmp_path):
     broken.write_text("{}")
     bad = subprocess.run(command + [str(old), str(broken)], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "not an advisor JSON report" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_two_findings_of_one_rule_at_one_place_are_two_in_the_diff():
+    old = _report(findings=[_finding("host-sync", 9), _finding("host-sync", 9)])
+    new = _report(findings=[_finding("host-sync", 9)])
+    result = diff_reports(old, new)
+    assert len(result.kept) == 1 and len(result.resolved) == 1 and result.added == []
 
 
 def _noisy(median: float, spread: float, n: int = 10, seed: int = 0) -> list[float]:

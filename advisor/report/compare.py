@@ -125,16 +125,10 @@ def load_report(path: str) -> Report:
         raise DiffInputError(f"{path}: not an advisor JSON report ({first})") from None
 
 
-def _key(finding: Finding) -> tuple:
-    place = finding.locations[0] if finding.locations else None
-    where = (os.path.basename(place.file), place.line, place.function) if place else ()
-    return (finding.slug, where)
-
-
 def diff_reports(old: Report, new: Report, threshold: float = 0.05) -> ReportDiff:
     result = ReportDiff(old=old, new=new, threshold=threshold)
-    old_by_key = {_key(f): f for f in old.findings}
-    new_by_key = {_key(f): f for f in new.findings}
+    old_by_key = {f.id: f for f in old.findings}  # the engine's ids: the rule and every place it points at
+    new_by_key = {f.id: f for f in new.findings}
     only_new = [f for k, f in new_by_key.items() if k not in old_by_key]
     only_old = [f for k, f in old_by_key.items() if k not in new_by_key]
     result.borderline = [f for f in only_old + only_new if f.margin is not None and f.margin.borderline]

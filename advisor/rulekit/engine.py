@@ -194,16 +194,17 @@ def run_rules(
                     "severity": capped_by_share(finding.severity or rule.severity, finding.impact),
                 }))
     findings.sort(key=_order)
-    _assign_ids(findings)
+    assign_ids(findings)
     return findings, problems
 
 
-def _assign_ids(findings: list[Finding]) -> None:
-    """A stable id per finding: its rule and where it points, the same from run to run (the
-    message carries measured numbers, so it is left out). Verification results come back by id."""
+def assign_ids(findings: list[Finding]) -> None:
+    """A stable id per finding: its rule and where it points, the same from run to run and from one
+    checkout to another (the file's name, not its folder; the message carries measured numbers, so it is
+    left out). Verification results come back by id, and ``advisor diff`` pairs two runs' findings by it."""
     seen: dict[str, int] = {}
     for finding in findings:
-        places = "|".join(f"{loc.file}:{loc.line}" for loc in finding.locations)
+        places = "|".join(f"{os.path.basename(loc.file)}:{loc.line}" for loc in finding.locations)
         digest = sha1(f"{finding.slug}|{places}".encode()).hexdigest()[:8]
         base = f"{finding.code}-{digest}"
         seen[base] = seen.get(base, 0) + 1
