@@ -12,8 +12,10 @@ from advisor.commands.analyze import AnalyzeOptions, run_analyze
 from advisor.errors import stop_name, stop_on_signals
 from advisor.report.terminal import print_problems, print_summary
 from advisor.report.write import FORMATS, write_reports
-from advisor.rulekit.engine import SettingError, load_rules
-from advisor.rulekit.rule import SHARE_LEVELS, Severity
+from advisor.rulekit import severity
+from advisor.rulekit.engine import load_rules
+from advisor.rulekit.rule import Severity
+from advisor.rulekit.thresholds import SettingError, with_settings
 from advisor.trace.gc_pause import gc_paused
 from advisor.version import __version__
 
@@ -185,25 +187,31 @@ def _batch_sizes(value: str) -> tuple[int, ...]:
 @click.option("--format", "formats", default="html,json", show_default=True, help="Comma-separated: html,json,md,sarif.")
 @click.option("--fail-on", type=click.Choice(["fail", "warn"]), default="fail", show_default=True,
               help="Exit 1 when a check fails (or also when one warns).")
+@click.option("--set", "settings", multiple=True, metavar="ready.LIMIT=VALUE",
+              help="Override a readiness limit (memory_warn_share, cold_start_warn_ms, ...; see the README).")
 @click.option("--timeout", type=click.FloatRange(min=1), default=300, show_default=True,
               help="Seconds each stage may run before it is stopped.")
 @click.option("--quiet", is_flag=True, help="No progress on stderr.")
 @click.option("--debug", is_flag=True, help="Show tracebacks of failures.")
 def ready(model_file, batch_sizes, latency_budget, precision, precision_tolerance, determinism_tolerance, device,
-          out_dir, formats, fail_on, timeout, quiet, debug) -> None:
+          out_dir, formats, fail_on, settings, timeout, quiet, debug) -> None:
     """Check MODEL_FILE is ready to deploy: export, compile, latency per batch size, memory, ..."""
     from advisor.commands.ready import ReadyRunOptions, run_ready
-    from advisor.ready.checks import ReadyOptions
+    from advisor.ready.checks import LIMITS, LIMITS_OWNER, ReadyOptions
 
     chosen = _formats(formats)
     sizes = _batch_sizes(batch_sizes)
     if not os.path.isfile(model_file):
         _fail(f"{model_file}: no such file; pass the path of a model file defining get_model() and get_inputs()")
+    try:
+        limits = with_settings(LIMITS_OWNER, LIMITS, settings)
+    except SettingError as bad:
+        _fail(str(bad), debug)
     options = ReadyRunOptions(
         model_file=model_file, out_dir=out_dir, formats=chosen, batch_sizes=sizes, device=device, timeout=timeout,
         fail_on=fail_on, checks=ReadyOptions(latency_budget_ms=latency_budget, precision=precision,
                                              precision_tolerance=precision_tolerance,
-                                             determinism_tolerance=determinism_tolerance))
+                                             determinism_tolerance=determinism_tolerance, limits=limits))
     stem = os.path.splitext(os.path.basename(model_file))[0]
     _audit_and_report(lambda progress: run_ready(options, progress), model_file, stem, out_dir, chosen, fail_on,
                       quiet, debug)
@@ -296,7 +304,8 @@ def explain(ruleset, slug: str) -> None:
         for name, threshold in found.thresholds.items():
             unit = f" {threshold.unit}" if threshold.unit else ""
             click.echo(f"  {name} = {threshold.default:g}{unit}: {threshold.help}")
-    scale = ", ".join(f"{level.value} from {floor:.0%}" for floor, level in SHARE_LEVELS)
+    scale = ", ".join(f"{name.split('_')[0]} from {t.default:.0%} (--set {severity.SCALE}.{name})"
+                      for name, t in severity.SCALE_THRESHOLDS.items())
     click.echo(f"\nSeverity follows measured cost: a finding's severity is at most what its share of the step "
                f"allows ({scale}; below that info).")
 

@@ -43,6 +43,7 @@ API = "torch.save"
     code="ADV133",
     layer=Layer.APPLICATION,
     severity=Severity.MEDIUM,
+    high_at="high_share",
     thresholds={"high_share": Threshold(0.2, "share of the step spent saving that makes it high")},
 )
 def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
@@ -53,7 +54,6 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     step_ms = ev.step_ms
     share = min(1.0, save_ms / step_ms) if step_ms else None
     yield Finding(
-        severity=Severity.HIGH if share is not None and share >= th.high_share else Severity.MEDIUM,
         message=(f"torch.save runs {sum(s.count for s in sites):g} time(s) per step, taking {save_ms:.3g} ms"
                  + (f" ({share:.0%} of the step)" if share is not None else "")
                  + ": the step waits while the file is written"),

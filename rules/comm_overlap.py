@@ -43,6 +43,7 @@ from advisor.trace.parse import DeviceEvent, Op, Span, Trace
     code="ADV111",
     layer=Layer.APPLICATION,
     severity=Severity.MEDIUM,
+    high_at="high_exposed_share",
     thresholds={
         "min_exposed_share": Threshold(0.05, "share of the step in communication not hidden by compute"),
         "high_exposed_share": Threshold(0.2, "exposed share that makes it high"),
@@ -66,7 +67,6 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
         return
     overlapped = 1 - exposed_us / comm_us if comm_us else 0.0
     yield Finding(
-        severity=Severity.HIGH if share >= th.high_exposed_share else Severity.MEDIUM,
         message=(f"collectives run {comm_us / len(trace.steps) / 1000:.3g} ms per step, {overlapped:.0%} of it "
                  f"overlapped with compute; the exposed {exposed_us / len(trace.steps) / 1000:.3g} ms is {share:.0%} "
                  "of the step" + _context(ev)),

@@ -47,6 +47,7 @@ DOCS = ["https://pytorch.org/docs/stable/data.html#multi-process-data-loading",
     code="ADV105",
     layer=Layer.APPLICATION,
     severity=Severity.MEDIUM,
+    high_at="high_share",
     thresholds={
         "min_share": Threshold(0.10, "share of each iteration spent waiting for data"),
         "min_batch_ms": Threshold(1.0, "time per batch below which workers do not pay off", "ms"),
@@ -89,7 +90,6 @@ def _too_few_workers(ev: Evidence, data: DataLoaderInfo, step_ms: float, th: Thr
         workers = f"{suggested} worker{'s' if suggested != 1 else ''}"
         message += f" and make __getitem__ cheaper (with {workers} loading still sets the pace)"
     yield Finding(
-        severity=Severity.HIGH if share >= th.high_share else Severity.MEDIUM,
         message=message,
         impact=share,
         margin=ev.share_margin("data wait share of the iteration", share, th.min_share),

@@ -43,6 +43,7 @@ from advisor.trace.parse import Trace
     code="ADV109",
     layer=Layer.APPLICATION,
     severity=Severity.MEDIUM,
+    high_at="high_idle_share",
     thresholds={
         "min_idle_share": Threshold(0.3, "GPU idle share of the step before it is reported"),
         "kernel_wait_us": Threshold(50, "a gap shorter than this between kernels counts as launch latency", "µs"),
@@ -68,7 +69,6 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
         "other": "look for synchronizations and blocking copies between kernels",
     }
     yield Finding(
-        severity=Severity.HIGH if share >= th.high_idle_share else Severity.MEDIUM,
         message=(f"the GPU is idle {share:.0%} of each step: host wait {parts['host wait']:.0%}, "
                  f"kernel wait {parts['kernel wait']:.0%}, other {parts['other']:.0%}; mostly {main}"),
         impact=share,

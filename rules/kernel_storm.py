@@ -56,9 +56,7 @@ from advisor.trace.parse import Trace
 
 # A line that emits this many top-level ops per step runs inside a Python loop (a GRU cell over 64
 # time steps emits 64 per line; straight-line code emits one per line and call).
-LOOP_OPS_PER_LINE = 8
 # Severity: HIGH when the measure is at most half of its threshold (twice as deep in the storm).
-HIGH_AT_HALF = 0.5
 # Bytes per element of the dtypes the profiler records (record_shapes' "Input type").
 ELEMENT_BYTES = {"float": 4, "c10::BFloat16": 2, "c10::Half": 2, "double": 8, "long int": 8, "int": 4,
                  "short int": 2, "bool": 1, "unsigned char": 1, "signed char": 1, "c10::complex<float>": 8}
@@ -88,6 +86,10 @@ DOCS = ["https://pytorch.org/tutorials/intermediate/torch_compile_tutorial.html"
         "short_kernel_us": Threshold(10, "a GPU kernel shorter than this is small", "µs"),
         "min_short_share": Threshold(0.5, "share of kernels that are small (GPU)"),
         "max_gpu_busy": Threshold(0.6, "GPU busy share of the step below which it is launch-bound"),
+        "high_fraction": Threshold(0.5, "fraction of max_mean_op_us (a recorded trace) or of max_gpu_busy (GPU) "
+                                        "at or below which the storm is HIGH"),
+        "loop_ops_per_line": Threshold(8, "operators per step from one line that make it a Python loop (advice: "
+                                          "nn.GRU/nn.LSTM or torch.compile)", "count"),
     },
 )
 def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
@@ -122,7 +124,7 @@ def _cpu(ev: Evidence, trace: Trace, th: Thresholds) -> Iterator[Finding]:
     else:
         if mean_op_us > th.max_mean_op_us:
             return
-        share, high = None, mean_op_us <= th.max_mean_op_us * HIGH_AT_HALF
+        share, high = None, mean_op_us <= th.max_mean_op_us * th.high_fraction
     durations = sorted(o.dur for o in top)
     launches_ms = ops_per_step * th.gpu_launch_us / 1000
     yield Finding(
@@ -150,7 +152,7 @@ def _cpu(ev: Evidence, trace: Trace, th: Thresholds) -> Iterator[Finding]:
             "step_ms": round(step_ms, 4),
         },
         locations=_emitting_lines(trace, top),
-        fix=_fix(ev, trace),
+        fix=_fix(ev, trace, th),
     )
 
 
@@ -195,7 +197,7 @@ def _gpu(ev: Evidence, trace: Trace, th: Thresholds) -> Iterator[Finding]:
     launch = _launch_stats(trace, kernels)
     unit = "per step" if trace.steps else "in the trace"
     yield Finding(
-        severity=Severity.HIGH if (busy is not None and busy < th.max_gpu_busy * HIGH_AT_HALF) else Severity.MEDIUM,
+        severity=Severity.HIGH if (busy is not None and busy < th.max_gpu_busy * th.high_fraction) else Severity.MEDIUM,
         message=(
             f"{per_step:g} GPU kernels {unit}, {short_share:.0%} shorter than {th.short_kernel_us:g} µs "
             f"(median {percentile(durations, 50):.3g} µs){busy_text}: launch-bound"
@@ -210,7 +212,7 @@ def _gpu(ev: Evidence, trace: Trace, th: Thresholds) -> Iterator[Finding]:
             **launch,
         },
         locations=_emitting_lines(trace, trace.top_ops()),
-        fix=_fix(ev, trace),
+        fix=_fix(ev, trace, th),
     )
 
 
@@ -258,21 +260,21 @@ def _lines_clause(trace: Trace, ops: list) -> str:
     return f"; {count / len(ops):.0%} of them from {site_label(file, line)}"
 
 
-def _recurrent(trace: Trace) -> bool:
+def _recurrent(trace: Trace, th: Thresholds) -> bool:
     """sigmoid and tanh emitted from looped lines: a gated recurrent cell written by hand."""
-    looped = {site for site, count in _user_sites(trace.top_ops()).items() if count / trace.step_count >= LOOP_OPS_PER_LINE}
+    looped = {site for site, count in _user_sites(trace.top_ops()).items() if count / trace.step_count >= th.loop_ops_per_line}
     names = {o.name for o in trace.top_ops() if o.src is not None and (o.src.file, o.src.line) in looped}
     return all(any(n == op for n in names) for op in RECURRENT_OPS)
 
 
-def _fix(ev: Evidence, trace: Trace) -> Fix:
-    looped = any(count / trace.step_count >= LOOP_OPS_PER_LINE for count in _user_sites(trace.top_ops()).values())
+def _fix(ev: Evidence, trace: Trace, th: Thresholds) -> Fix:
+    looped = any(count / trace.step_count >= th.loop_ops_per_line for count in _user_sites(trace.top_ops()).values())
     advice = ["torch.compile(model) to fuse the small ops"]
     if ev.on_cuda or trace.kernels:
         advice.append('torch.compile(model, mode="reduce-overhead") to replay the step as a CUDA graph')
     if looped:
         advice.append("vectorize the Python loop that emits them (batch the iterations into one op)")
-        if _recurrent(trace):
+        if _recurrent(trace, th):
             advice.append("a recurrent cell looped over time steps is nn.GRU / nn.LSTM: one fused op per layer")
     return Fix(
         summary="; ".join(advice),

@@ -44,7 +44,6 @@ from advisor.rulekit.helpers import is_ampere_or_newer, low_precision, outermost
 from advisor.rulekit.rule import Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
 
 # A model whose parameters are mostly bf16/fp16 already computes in reduced precision.
-REDUCED_PARAMETER_SHARE = 0.5
 
 DOCS = ["https://pytorch.org/docs/stable/amp.html",
         "https://pytorch.org/tutorials/recipes/recipes/amp_recipe.html"]
@@ -61,6 +60,8 @@ DOCS = ["https://pytorch.org/docs/stable/amp.html",
             10, "mean work per matmul/conv op; smaller ops (e.g. per-expert slivers) gain little", "MFLOP"),
         "min_matmul_share": Threshold(0.5, "share of the step in matmul/conv operators"),
         "max_reduced_share": Threshold(0.2, "share of matmul ops already in bf16/fp16 above which AMP is in use"),
+        "reduced_parameter_share": Threshold(0.5, "share of the parameters already in bf16/fp16 from which the "
+                                                  "model is taken to run in reduced precision"),
     },
 )
 def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
@@ -69,7 +70,7 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     if ev.target.autocast is not None:
         return  # the user's code already runs the model under autocast
     params = ev.target.param_dtypes
-    if params and sum(n for d, n in params.items() if d in REDUCED_DTYPES) >= REDUCED_PARAMETER_SHARE * sum(params.values()):
+    if params and sum(n for d, n in params.items() if d in REDUCED_DTYPES) >= th.reduced_parameter_share * sum(params.values()):
         return  # the model itself is in bf16/fp16
     matmul_flops = sum(n for op, n in ev.flops.by_op.items() if op in MATMUL_FLOP_OPS)
     if matmul_flops < th.min_gflops * 1e9:

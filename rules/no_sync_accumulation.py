@@ -46,9 +46,11 @@ from advisor.rulekit.rule import Finding, Fix, Layer, Location, Severity, Thresh
     code="ADV135",
     layer=Layer.APPLICATION,
     severity=Severity.HIGH,
+    high_at="high_share",
     thresholds={
         "min_micro_steps": Threshold(2, "forward passes per optimizer step that make it accumulation"),
         "min_synced_share": Threshold(0.75, "share of those micro-steps that all-reduce"),
+        "high_share": Threshold(0.1, "share of the step the extra all-reduces cost that makes it high"),
     },
 )
 def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
@@ -63,7 +65,6 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     share = min(1.0, comm_ms / ev.step_ms) if comm_ms and ev.step_ms else None
     impact = round(wasted * share, 4) if share is not None else None
     yield Finding(
-        severity=Severity.HIGH if impact is None or impact >= 0.1 else Severity.MEDIUM,
         message=(f"{accum} micro-steps per optimizer step each all-reduce their gradients "
                  f"({ddp.synced_forwards_per_step:g} of {ddp.forwards_per_step:g} forwards outside no_sync): "
                  f"{wasted:.0%} of the gradient traffic is sent for nothing"

@@ -71,6 +71,7 @@ class CopySite:
     code="ADV102",
     layer=Layer.MODEL,
     severity=Severity.MEDIUM,
+    high_at="high_share",
     thresholds={
         "min_share": Threshold(0.05, "share of the step spent in layout copies before it is reported"),
         "high_share": Threshold(0.20, "share of the step that makes the finding high"),
@@ -94,7 +95,6 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     made_by = f", a view made by {', '.join(sorted(worst.producers))}" if worst.producers else ""
     conv_net = _is_conv_net(ev)
     yield Finding(
-        severity=Severity.HIGH if share >= th.high_share else Severity.MEDIUM,
         message=(
             f"layout copies take {share:.0%} of the step ({copy_us / 1000:.3g} ms per step, "
             f"{sum(s.count for s in ranked) / trace.step_count:g} copies); most at {where} "

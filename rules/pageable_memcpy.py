@@ -41,6 +41,7 @@ PAGEABLE = ("Pageable -> Device", "Device -> Pageable")
     code="ADV107",
     layer=Layer.RUNTIME,
     severity=Severity.MEDIUM,
+    high_at="high_share",
     thresholds={
         "min_per_step": Threshold(1, "pageable copies per step before it is reported", "count"),
         "high_share": Threshold(0.05, "share of the step in pageable copies that makes it high"),
@@ -63,7 +64,6 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     unit = "per step" if trace.steps else "in the trace"
     directions = sorted({"host to device" if "HtoD" in c.name else "device to host" for c in copies})
     yield Finding(
-        severity=Severity.HIGH if share is not None and share >= th.high_share else Severity.MEDIUM,
         message=(f"{per_step:g} copies {unit} between the GPU and pageable host memory ({' and '.join(directions)}), "
                  f"{total_bytes / trace.step_count / 2**20:.3g} MB and {ms_per_step:.3g} ms {unit}"),
         impact=share,

@@ -52,6 +52,11 @@ from advisor.trace.ranks import RankTrace
     thresholds={
         "min_late_ms": Threshold(1.0, "median lateness of a rank's collective launches", "ms"),
         "min_late_share": Threshold(0.02, "that lateness as a share of the step"),
+        "data_wait_share": Threshold(0.1, "extra data wait, as a share of its step, that makes the slow rank slow in data"),
+        "busy_share": Threshold(0.02, "extra work outside communication, as a share of its step, that makes it slow "
+                                      "in its own work"),
+        "place_share": Threshold(0.5, "share of its lateness the host time between two of its torch calls must "
+                                      "explain to be named as the place"),
     },
 )
 def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
@@ -74,11 +79,11 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
         return
     name = _rank_name(ev.ranks[worst], worst)
     rank = ev.ranks[worst].rank if ev.ranks[worst].rank is not None else worst
-    place = _slow_place(ev.ranks[worst], [r for j, r in enumerate(ev.ranks) if j != worst], late_us)
+    place = _slow_place(ev.ranks[worst], [r for j, r in enumerate(ev.ranks) if j != worst], late_us, th)
     yield Finding(
         message=(f"{name} launches its collectives {late_us / 1000:.3g} ms later than the other ranks (median over "
                  f"{len(keys)} collectives), {late_us / step_us:.0%} of a step that every other rank spends waiting"
-                 + _slow_in(ev, rank) + (f"; {place.note}" if place else "")),
+                 + _slow_in(ev, rank, th) + (f"; {place.note}" if place else "")),
         impact=late_us / step_us,
         evidence={"straggler": name, "late_ms": round(late_us / 1000, 4), "ranks": len(ev.ranks),
                   "collectives_compared": len(keys),
@@ -92,7 +97,7 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     )
 
 
-def _slow_in(ev: Evidence, rank: int) -> str:
+def _slow_in(ev: Evidence, rank: int, th: Thresholds) -> str:
     """What the slow rank spends more time on than the others, from the ranks' own step records."""
     mine = next((r for r in ev.rank_summaries if r.rank == rank), None)
     others = [r for r in ev.rank_summaries if r.rank != rank]
@@ -100,18 +105,18 @@ def _slow_in(ev: Evidence, rank: int) -> str:
         return ""
     parts = []
     wait = statistics.median(r.data_wait_ms for r in others)
-    if mine.data_wait_ms - wait > 0.1 * mine.step_ms:
+    if mine.data_wait_ms - wait > th.data_wait_share * mine.step_ms:
         parts.append(f"waiting for data ({mine.data_wait_ms:.3g} ms per step against {wait:.3g} ms)")
     if mine.comm_ms is not None and all(r.comm_ms is not None for r in others):
         busy = mine.step_ms - mine.comm_ms
         usual = statistics.median(r.step_ms - r.comm_ms for r in others)
-        if busy - usual > 0.02 * mine.step_ms:
+        if busy - usual > th.busy_share * mine.step_ms:
             parts.append(f"work outside communication ({busy:.3g} ms per step against {usual:.3g} ms on the others: "
                          "compute, host syncs or per-batch work only it does)")
     return f"; it is slow in {' and '.join(parts)}" if parts else ""
 
 
-def _slow_place(slow: RankTrace, others: list[RankTrace], late_us: float) -> Location | None:
+def _slow_place(slow: RankTrace, others: list[RankTrace], late_us: float, th: Thresholds) -> Location | None:
     """The lines whose host time (between two torch calls) the slow rank spends and the others do
     not, when that extra time is at least half its lateness."""
     if not slow.host_gaps or not all(r.host_gaps for r in others):
@@ -119,7 +124,7 @@ def _slow_place(slow: RankTrace, others: list[RankTrace], late_us: float) -> Loc
     extra = {key: mine - statistics.median(r.host_gaps.get(key, 0.0) for r in others)
              for key, mine in slow.host_gaps.items()}
     key = max(extra, key=extra.get)
-    if extra[key] < 0.5 * late_us:
+    if extra[key] < th.place_share * late_us:
         return None
     file, before, after = key
     name, per_step = os.path.basename(file), f"{extra[key] / 1000:.3g} ms per step more than the other ranks"

@@ -7,11 +7,13 @@ import json
 from evidence_fixtures import DDP_DIR, saved_evidence
 
 from advisor.evidence import DDPInfo, Evidence, RankSummary, TargetInfo
-from advisor.rulekit.engine import load_rules, run_rules
+from advisor.rulekit.engine import load_rules, run_rules, thresholds_for
 from advisor.trace.parse import parse_trace
 from advisor.trace.ranks import RankTrace, host_gaps, summarize_file
 from advisor.workload.timing import summarize
 from conftest import write_model
+
+STRAGGLER = thresholds_for(load_rules().get("straggler"), {})  # its thresholds as shipped
 
 SCRIPT = "/w/train.py"
 RULES = load_rules()
@@ -66,10 +68,10 @@ def test_the_straggler_says_what_its_rank_is_slow_in():
 
     evidence = _evidence()
     evidence.rank_summaries = [RankSummary(rank=0, step_ms=80, comm_ms=70), RankSummary(rank=1, step_ms=80, comm_ms=50)]
-    assert "work outside communication (30 ms per step against 10 ms" in _slow_in(evidence, 1)
+    assert "work outside communication (30 ms per step against 10 ms" in _slow_in(evidence, 1, STRAGGLER)
     evidence.rank_summaries[1].data_wait_ms = 20.0
-    assert "waiting for data (20 ms per step against 0 ms)" in _slow_in(evidence, 1)
-    assert _slow_in(evidence, 0) == ""
+    assert "waiting for data (20 ms per step against 0 ms)" in _slow_in(evidence, 1, STRAGGLER)
+    assert _slow_in(evidence, 0, STRAGGLER) == ""
 
 
 def test_exposed_gloo_communication_is_read_from_a_real_ranks_trace():
@@ -112,12 +114,12 @@ def test_the_straggler_is_pinned_to_the_lines_only_it_spends_time_in(tmp_path):
     script = str(write_model(tmp_path, "x = 1\n" * 50, name="train.py"))
     fast = RankTrace(path="r0", host_gaps={(script, 41, 44): 480.0, (script, 44, 45): 5000.0, (script, 45, 41): 700.0})
     slow = RankTrace(path="r1", host_gaps={(script, 41, 44): 33_900.0, (script, 44, 45): 5600.0, (script, 45, 41): 400.0})
-    place = _slow_place(slow, [fast], late_us=9000)
+    place = _slow_place(slow, [fast], late_us=9000, th=STRAGGLER)
     assert place.line == 42 and "33.4 ms per step more than the other ranks in lines 42-43 of train.py" in place.note
-    assert _slow_place(slow, [fast], late_us=80_000) is None  # 33 ms of host work explains too little of 80 ms
+    assert _slow_place(slow, [fast], late_us=80_000, th=STRAGGLER) is None  # 33 ms of host work explains too little of 80 ms
     wrapped = RankTrace(path="r1", host_gaps={**fast.host_gaps, (script, 45, 41): 20_700.0})
-    assert _slow_place(wrapped, [fast], late_us=9000).line == 45  # after line 45, before the next iteration's 41
-    assert _slow_place(slow, [RankTrace(path="r0")], late_us=9000) is None  # a trace advisor did not annotate
+    assert _slow_place(wrapped, [fast], late_us=9000, th=STRAGGLER).line == 45  # after line 45, before the next iteration's 41
+    assert _slow_place(slow, [RankTrace(path="r0")], late_us=9000, th=STRAGGLER) is None  # a trace advisor did not annotate
 
 
 def test_a_rank_summary_built_from_the_collective_calls_alone_is_the_whole_traces_summary():

@@ -9,8 +9,9 @@ import textwrap
 
 import pytest
 
-from advisor.rulekit.engine import SettingError, check_disabled, load_rules, parse_settings, run_rules
+from advisor.rulekit.engine import check_disabled, load_rules, parse_settings, run_rules
 from advisor.rulekit.rule import Layer, Severity
+from advisor.rulekit.thresholds import SettingError
 from conftest import SAMPLES
 
 SECTIONS = ("What it detects", "Why it matters", "How to fix", "Example")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
 from advisor.evidence import TargetInfo
 from advisor.ready.checks import ReadyOptions, decide
 from advisor.ready.compiling import _recompile
@@ -159,6 +161,18 @@ def test_every_format_carries_the_failed_checks_and_the_latency_table():
     assert "Recommended batch size: **8**" in markdown
     results = __import__("json").loads(render_sarif(report))["runs"][0]["results"]
     assert [(r["ruleId"], r["level"]) for r in results] == [("determinism", "error")]
+
+
+def test_the_readiness_limits_are_settable():
+    from advisor.ready.checks import LIMITS, LIMITS_OWNER
+    from advisor.rulekit.thresholds import SettingError, with_settings
+
+    evidence = _healthy(memory=MemoryBudget(available_mb=80.0))  # 48 MB of 80: 60%
+    assert _statuses(evidence)["memory"] == "pass"
+    stricter = with_settings(LIMITS_OWNER, LIMITS, ["ready.memory_warn_share=0.5"])
+    assert _statuses(evidence, limits=stricter)["memory"] == "warn"
+    with pytest.raises(SettingError, match="ready.memory_warn_share"):
+        with_settings(LIMITS_OWNER, LIMITS, ["ready.memory=0.5"])
 
 
 def test_checks_near_their_limits_are_marked_borderline():

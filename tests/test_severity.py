@@ -10,7 +10,9 @@ from advisor.report.assembly import assemble_report
 from advisor.report.html import render_html
 from advisor.report.markdown import render_markdown
 from advisor.rulekit.engine import RuleConfig
-from advisor.rulekit.rule import Severity, Verification, capped_by_share, severity_for_share
+from advisor.rulekit.rule import Severity, Verification
+from advisor.rulekit.severity import capped, for_share
+from advisor.rulekit.thresholds import SettingError
 from advisor.trace.parse import parse_trace
 from advisor.verify.orchestrate import demote_unhelpful
 from conftest import shared_trace
@@ -19,13 +21,25 @@ from conftest import shared_trace
 @pytest.mark.parametrize("share, level", [(0.5, "high"), (0.10, "high"), (0.05, "medium"), (0.03, "medium"),
                                           (0.02, "low"), (0.01, "low"), (0.004, "info"), (0.0, "info")])
 def test_the_share_scale(share, level):
-    assert severity_for_share(share).value == level
+    assert for_share(share).value == level
 
 
 def test_a_share_only_lowers_what_a_rule_decided():
-    assert capped_by_share(Severity.HIGH, 0.02) == Severity.LOW
-    assert capped_by_share(Severity.INFO, 0.5) == Severity.INFO  # a rule's own reason to say info stays
-    assert capped_by_share(Severity.MEDIUM, None) == Severity.MEDIUM  # not measured: the rule decides
+    assert capped(Severity.HIGH, 0.02) == Severity.LOW
+    assert capped(Severity.INFO, 0.5) == Severity.INFO  # a rule's own reason to say info stays
+    assert capped(Severity.MEDIUM, None) == Severity.MEDIUM  # not measured: the rule decides
+
+
+def test_the_scale_and_a_rules_high_threshold_are_settable_and_decided_by_the_engine():
+    evidence = saved_evidence("non_contiguous")  # its layout copies: 17% of the step in this recording
+    [copies] = [f for f in RuleConfig.load().run(evidence)[0] if f.slug == "non-contiguous"]
+    assert copies.severity == Severity.MEDIUM and 0.15 < copies.impact < 0.2  # under its high_at: high_share = 0.2
+    lower = RuleConfig.load(settings=("non-contiguous.high_share=0.15",))
+    assert [f.severity for f in lower.run(evidence)[0] if f.slug == "non-contiguous"] == [Severity.HIGH]
+    strict = RuleConfig.load(settings=("severity.high_share=0.95", "severity.medium_share=0.9"))
+    assert [f.severity for f in strict.run(evidence)[0] if f.slug == "non-contiguous"] == [Severity.LOW]
+    with pytest.raises(SettingError, match="severity has no threshold 'top'"):
+        RuleConfig.load(settings=("severity.top=1",))
 
 
 def test_every_finding_on_saved_evidence_respects_its_measured_share():
@@ -33,7 +47,7 @@ def test_every_finding_on_saved_evidence_respects_its_measured_share():
     for sample in recorded_samples():
         for finding in config.run(saved_evidence(sample))[0]:
             if finding.impact is not None:
-                assert finding.severity.rank <= severity_for_share(finding.impact).rank, (sample, finding.slug)
+                assert finding.severity.rank <= for_share(finding.impact).rank, (sample, finding.slug)
 
 
 def test_tiny_pageable_copies_on_a_real_gpu_trace_are_info():

@@ -6,18 +6,25 @@ user's lines. A stage that did not run makes its check ``skipped``, with the sta
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
+from advisor.evidence import Location
 from advisor.ready.measured import Blocker, ReadyEvidence
 from advisor.report.readiness import CHECK_IDS, LatencyRow, Readiness, ReadyCheck
-from advisor.rulekit.rule import Location
+from advisor.rulekit.thresholds import Threshold, Thresholds
 
-MEMORY_WARN_SHARE = 0.8  # of the device's memory, at the largest batch size
-COLD_START_WARN_MS = 1000.0  # a first call this much slower than a warm one is felt by the first user
-COLD_START_WARN_RATIO = 10.0
-COLD_START_NOISE = 0.25  # a first call varies this much run to run (relative): within it of a limit is borderline
-MEMORY_NOISE = 0.05  # of the device's memory: allocator and RSS peaks move this much between runs
+LIMITS_OWNER = "ready"  # --set ready.memory_warn_share=0.9
+LIMITS = {
+    "memory_warn_share": Threshold(0.8, "share of the device's memory at the largest batch size above which memory warns"),
+    "memory_noise": Threshold(0.05, "how much of the device's memory allocator and RSS peaks move between runs: "
+                                    "within it of a limit, the check is borderline"),
+    "cold_start_warn_ms": Threshold(1000.0, "first call slower than this (and than cold_start_warn_ratio warm calls) "
+                                            "warns: the first user feels it", "ms"),
+    "cold_start_warn_ratio": Threshold(10.0, "first call over a warm one above which, with cold_start_warn_ms, it warns"),
+    "cold_start_noise": Threshold(0.25, "how much a first call varies run to run (relative): within it of a limit "
+                                        "the check is borderline"),
+}
 
 
 @dataclass
@@ -26,6 +33,7 @@ class ReadyOptions:
     precision: str = "bf16"
     precision_tolerance: float = 0.05  # of the fp32 outputs' largest magnitude
     determinism_tolerance: float = 0.0  # 0: bit for bit
+    limits: Thresholds = field(default_factory=lambda: Thresholds.resolve(LIMITS))  # with --set ready.NAME=VALUE
 
 
 def decide(evidence: ReadyEvidence, options: ReadyOptions) -> Readiness:
@@ -238,8 +246,9 @@ def memory(ev: ReadyEvidence, options: ReadyOptions) -> ReadyCheck:
         return ReadyCheck(id="memory", status="pass", values=values,
                           message=f"peak {largest.peak_memory_mb:.4g} MB at batch {largest.batch_size}")
     share = (largest.peak_memory_mb or 0) / available
-    status = "fail" if share > 1 else "warn" if share > MEMORY_WARN_SHARE else "pass"
-    near = any(abs(share - limit) <= MEMORY_NOISE for limit in (MEMORY_WARN_SHARE, 1.0))
+    limits = options.limits
+    status = "fail" if share > 1 else "warn" if share > limits.memory_warn_share else "pass"
+    near = any(abs(share - limit) <= limits.memory_noise for limit in (limits.memory_warn_share, 1.0))
     return ReadyCheck(id="memory", status=status, values={**values, "share": round(share, 4)}, borderline=near,
                       message=(f"peak {largest.peak_memory_mb:.4g} MB at batch {largest.batch_size}: {share:.1%} of "
                                f"{ev.memory.what} ({available:.6g} MB)"))
@@ -253,9 +262,11 @@ def cold_start(ev: ReadyEvidence, options: ReadyOptions) -> ReadyCheck:
     values = {"first_call_ms": cold.first_call_ms, "warm_ms": cold.warm_ms, "compile_s": compile_s}
     ratio = cold.first_call_ms / cold.warm_ms if cold.warm_ms > 0 else float("inf")
     compiled = f"; torch.compile's first call {compile_s:.3g} s" if compile_s is not None else ""
-    slow = cold.first_call_ms > COLD_START_WARN_MS and ratio > COLD_START_WARN_RATIO
-    near = (abs(cold.first_call_ms / COLD_START_WARN_MS - 1) <= COLD_START_NOISE and ratio > COLD_START_WARN_RATIO) or \
-        (abs(ratio / COLD_START_WARN_RATIO - 1) <= COLD_START_NOISE and cold.first_call_ms > COLD_START_WARN_MS)
+    limits = options.limits
+    warn_ms, warn_ratio, noise = limits.cold_start_warn_ms, limits.cold_start_warn_ratio, limits.cold_start_noise
+    slow = cold.first_call_ms > warn_ms and ratio > warn_ratio
+    near = (abs(cold.first_call_ms / warn_ms - 1) <= noise and ratio > warn_ratio) or \
+        (abs(ratio / warn_ratio - 1) <= noise and cold.first_call_ms > warn_ms)
     return ReadyCheck(
         id="cold-start", status="warn" if slow else "pass", values=values, borderline=near,
         message=(f"first call {cold.first_call_ms:.4g} ms against {cold.warm_ms:.3g} ms warm ({ratio:.3g}x){compiled}"

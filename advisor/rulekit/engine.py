@@ -17,7 +17,9 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from advisor.evidence import Evidence
-from advisor.rulekit.rule import Finding, Rule, Severity, Thresholds, capped_by_share
+from advisor.rulekit import severity
+from advisor.rulekit.rule import Finding, Rule, Severity, Thresholds
+from advisor.rulekit.thresholds import SettingError, setting_value
 from advisor.trace.gc_pause import gc_paused
 
 try:  # CPython's own SHA-1: hashlib's digest, without loading OpenSSL (3-10 ms of every start)
@@ -109,10 +111,6 @@ def _import_problem(source: str, broken: BaseException) -> RuleProblem:
     )
 
 
-class SettingError(ValueError):
-    """A --set or --disable names a rule or threshold that does not exist, or a bad value."""
-
-
 def parse_settings(ruleset: RuleSet, settings: Iterable[str]) -> dict[str, dict[str, float]]:
     """``["kernel-storm.min_share=0.2"]`` -> ``{"kernel-storm": {"min_share": 0.2}}``, checked."""
     overrides: dict[str, dict[str, float]] = {}
@@ -122,16 +120,14 @@ def parse_settings(ruleset: RuleSet, settings: Iterable[str]) -> dict[str, dict[
         if not sep or not dot:
             raise SettingError(f"--set {setting!r}: expected SLUG.THRESHOLD=VALUE")
         rule = ruleset.get(slug)
-        if rule is None:
-            raise SettingError(f"--set {setting!r}: no rule named {slug!r} (see 'advisor rules')")
-        if name not in rule.thresholds:
-            known = ", ".join(sorted(rule.thresholds)) or "none"
-            raise SettingError(f"--set {setting!r}: rule {slug} has no threshold {name!r} (it has: {known})")
-        try:
-            value = float(raw)
-        except ValueError:
-            raise SettingError(f"--set {setting!r}: {raw!r} is not a number") from None
-        overrides.setdefault(slug, {})[name] = value
+        declared = severity.SCALE_THRESHOLDS if slug == severity.SCALE else rule.thresholds if rule else None
+        if declared is None:
+            raise SettingError(f"--set {setting!r}: no rule named {slug!r} (see 'advisor rules'), nor the "
+                               f"severity scale ({severity.SCALE}.high_share, ...)")
+        if name not in declared:
+            known = ", ".join(sorted(declared)) or "none"
+            raise SettingError(f"--set {setting!r}: {slug} has no threshold {name!r} (it has: {known})")
+        overrides.setdefault(slug, {})[name] = setting_value(setting, raw)
     return overrides
 
 
@@ -144,9 +140,7 @@ def check_disabled(ruleset: RuleSet, disabled: Iterable[str]) -> set[str]:
 
 
 def thresholds_for(rule: Rule, overrides: dict[str, dict[str, float]]) -> Thresholds:
-    values = Thresholds({name: t.default for name, t in rule.thresholds.items()})
-    values.update(overrides.get(rule.slug, {}))
-    return values
+    return Thresholds.resolve(rule.thresholds, overrides.get(rule.slug))
 
 
 @dataclass
@@ -177,12 +171,14 @@ def run_rules(
 ) -> tuple[list[Finding], list[RuleProblem]]:
     findings: list[Finding] = []
     problems: list[RuleProblem] = []
+    scale = Thresholds.resolve(severity.SCALE_THRESHOLDS, (overrides or {}).get(severity.SCALE))
     with gc_paused():  # rules allocate many small acyclic objects next to a large live trace
         for rule in ruleset.rules:
             if disabled and rule.slug in disabled:
                 continue
+            thresholds = thresholds_for(rule, overrides or {})
             try:
-                produced = list(rule.check(evidence, thresholds_for(rule, overrides or {})))
+                produced = list(rule.check(evidence, thresholds))
             except Exception as broken:  # noqa: BLE001 - one bad rule must not end the audit
                 problems.append(RuleProblem(
                     rule.slug, f"raised {type(broken).__name__}: {broken}; its findings are missing",
@@ -191,7 +187,7 @@ def run_rules(
             for finding in produced:
                 findings.append(finding.model_copy(update={
                     "slug": rule.slug, "code": rule.code, "title": rule.title, "layer": rule.layer,
-                    "severity": capped_by_share(finding.severity or rule.severity, finding.impact),
+                    "severity": severity.decide(rule, finding, thresholds, scale),
                 }))
     findings.sort(key=_order)
     assign_ids(findings)

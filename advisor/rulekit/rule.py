@@ -25,6 +25,8 @@ from typing import Any, Callable, Iterator, Literal
 
 from advisor.evidence import Location, Margin
 from advisor.records import Field, Record
+from advisor.rulekit.severity import Severity
+from advisor.rulekit.thresholds import Threshold, Thresholds
 
 __all__ = ["Finding", "Fix", "Layer", "Location", "Margin", "NotVerifiable", "Rule", "Severity", "Threshold", "Thresholds",
            "Verification", "rule"]
@@ -49,39 +51,6 @@ _LAYER_TITLES = {
     Layer.MODEL: "The model's implementation",
     Layer.APPLICATION: "The application: data, syncs, checkpoints",
 }
-
-
-class Severity(str, enum.Enum):
-    HIGH = "high"
-    MEDIUM = "medium"
-    LOW = "low"
-    INFO = "info"
-
-    @property
-    def rank(self) -> int:
-        return _SEVERITY_RANK[self]
-
-
-_SEVERITY_RANK = {Severity.INFO: 0, Severity.LOW: 1, Severity.MEDIUM: 2, Severity.HIGH: 3}
-
-# Severity follows measured cost: the highest level a finding may have for the share of the step
-# it explains (Finding.impact). HIGH needs a double-digit share, MEDIUM what a careful reviewer
-# still acts on, LOW at least a percent; below a percent a finding is INFO (noise next to the
-# run-to-run variation of a step). A rule's own judgement (a CPU without native bf16, a sync that
-# costs nothing on this device) can only lower it further.
-SHARE_LEVELS = ((0.10, Severity.HIGH), (0.03, Severity.MEDIUM), (0.01, Severity.LOW))
-
-
-def severity_for_share(share: float) -> Severity:
-    return next((level for floor, level in SHARE_LEVELS if share >= floor), Severity.INFO)
-
-
-def capped_by_share(severity: Severity, share: float | None) -> Severity:
-    """``severity``, lowered to what the measured share allows (unchanged when not measured)."""
-    if share is None:
-        return severity
-    allowed = severity_for_share(share)
-    return allowed if allowed.rank < severity.rank else severity
 
 
 class Fix(Record):
@@ -140,25 +109,6 @@ class Finding(Record):
     margin: Margin | None = Field(default=None, description="the value that decided it against its threshold")
 
 
-@dataclass(frozen=True)
-class Threshold:
-    """A named, documented knob of a rule, overridable with ``--set slug.name=value``."""
-
-    default: float
-    help: str
-    unit: str = ""
-
-
-class Thresholds(dict):
-    """Resolved threshold values of one rule; read as attributes (``th.min_share``)."""
-
-    def __getattr__(self, name: str) -> float:
-        try:
-            return self[name]
-        except KeyError as missing:
-            raise AttributeError(f"rule has no threshold named {name!r}") from missing
-
-
 CheckFn = Callable[..., Iterator[Finding]]
 
 SLUG_PATTERN = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
@@ -206,6 +156,7 @@ class Rule:
     doc: str = ""
     source: str = ""
     fix_spec: FixSpec | None = None
+    high_at: str = ""  # the threshold on the finding's measured share from which it is HIGH (else MEDIUM)
 
     @property
     def title(self) -> str:
@@ -251,14 +202,19 @@ def rule(
     layer: Layer,
     severity: Severity = Severity.MEDIUM,
     thresholds: dict[str, Threshold] | None = None,
+    high_at: str = "",
 ) -> Callable[[CheckFn], Rule]:
-    """Declare a rule. The module's docstring is its documentation."""
+    """Declare a rule. The module's docstring is its documentation. ``severity`` is the default;
+    ``high_at`` names the threshold on a finding's measured share from which it is HIGH (MEDIUM below);
+    the engine decides every finding's severity from these (``advisor.rulekit.severity``)."""
 
     def register(check: CheckFn) -> Rule:
         module = sys.modules.get(check.__module__)
         doc = (getattr(module, "__doc__", None) or check.__doc__ or "").strip()
         source = getattr(module, "__file__", "") or ""
         _validate(slug, code, layer, severity, thresholds or {}, check, doc)
+        if high_at and high_at not in (thresholds or {}):
+            raise RuleDefinitionError(f"rule {slug}: high_at={high_at!r} names no threshold of the rule")
         return Rule(
             slug=slug,
             code=code,
@@ -268,6 +224,7 @@ def rule(
             thresholds=dict(thresholds or {}),
             doc=doc,
             source=source,
+            high_at=high_at,
         )
 
     return register

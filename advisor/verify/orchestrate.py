@@ -10,8 +10,9 @@ from typing import Callable
 
 from advisor.errors import StageError
 from advisor.report.schema import Report
+from advisor.rulekit import severity
 from advisor.rulekit.engine import RuleConfig
-from advisor.rulekit.rule import Finding, Severity, Verification
+from advisor.rulekit.rule import Finding, Verification
 from advisor.verify.plan import MeasuredFixes, plan_verification
 
 
@@ -65,18 +66,8 @@ def demote_unhelpful(report: Report) -> None:
     summary), and its estimated share is replaced by what the measurement allows."""
     for finding in report.findings:
         v = finding.verification
-        if v is None or v.status not in ("no-gain", "slower") or v.speedup is None:
-            continue
-        measured_share = max(0.0, 1 - 1 / v.ci_high) if v.ci_high else 0.0  # the most the fix could save
-        estimate = (f"; the rule's estimate of {finding.impact:.0%} of the step was more than the fix can recover "
-                    f"(at most {measured_share:.0%} by this measurement)") if finding.impact and finding.impact > measured_share else ""
-        finding.severity_before_demotion = finding.severity
-        finding.severity = Severity.INFO
-        finding.demoted = (f"its fix measured {'slower' if v.status == 'slower' else 'no gain'} here "
-                           f"({v.speedup:.2f}x [{v.ci_low:.2f}-{v.ci_high:.2f}]): the pattern is real, "
-                           f"but not costly on this machine at this size{estimate}")
-        if finding.impact is not None:
-            finding.impact = round(min(finding.impact, measured_share), 4)
+        if v is not None and v.status in ("no-gain", "slower") and v.speedup is not None:
+            severity.demote(finding)
     report.findings.sort(key=lambda f: (bool(f.demoted),))  # stable: the ranking otherwise stays
 
 
