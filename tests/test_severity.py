@@ -7,6 +7,7 @@ from evidence_fixtures import recorded_samples, saved_evidence
 
 from advisor.commands.analyze import evidence_from_traces
 from advisor.report.assembly import assemble_report
+from advisor.report.gathered import Gathered
 from advisor.report.html import render_html
 from advisor.report.markdown import render_markdown
 from advisor.rulekit.engine import RuleConfig
@@ -60,7 +61,7 @@ def test_tiny_pageable_copies_on_a_real_gpu_trace_are_info():
 
 
 def _report_with(sample: str, slug: str, verification: Verification):
-    report = assemble_report(saved_evidence(sample), RuleConfig.load())
+    report = assemble_report(Gathered(evidence=saved_evidence(sample)), RuleConfig.load())
     target = next(f for f in report.findings if f.slug == slug)
     target.verification = verification
     return report, target

@@ -5,9 +5,11 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from advisor.commands.options import RuleOptions
 from advisor.errors import StageError
 from advisor.evidence import Environment, Evidence, TargetInfo
 from advisor.report.assembly import assemble_report
+from advisor.report.gathered import Gathered
 from advisor.report.schema import Report, VerificationSettings
 from advisor.rulekit.engine import RuleConfig
 from advisor.trace.parse import Trace, TraceFormatError
@@ -16,13 +18,9 @@ from advisor.trace.ranks import RankTrace, parse_ranks
 TRACE_SUFFIXES = (".json", ".json.gz")
 
 
-@dataclass
-class AnalyzeOptions:
+@dataclass(kw_only=True)
+class AnalyzeOptions(RuleOptions):
     paths: tuple[str, ...]
-    out_dir: str = "reports"
-    rule_dirs: tuple[str, ...] = ()
-    settings: tuple[str, ...] = ()
-    disabled: tuple[str, ...] = ()
 
 
 @dataclass
@@ -65,12 +63,12 @@ def run_analyze(options: AnalyzeOptions) -> AnalyzeResult:
         primary, ranks = parse_ranks(files)  # the first whole: every rule reads it; the other ranks as summaries
     except TraceFormatError as broken:
         target = TargetInfo(model_file=str(broken).split(":")[0], mode="recorded")
-        report = assemble_report(Evidence(target=target), rules, run_rules=False,
-                                 errors=[StageError(stage="parse", kind="user-code", message=str(broken))],
-                                 verification=VerificationSettings(enabled=False))
+        failed = Gathered(evidence=Evidence(target=target), judge=False,
+                          errors=[StageError(stage="parse", kind="user-code", message=str(broken))])
+        report = assemble_report(failed, rules, VerificationSettings(enabled=False))
         return AnalyzeResult(report=report, evidence=None, files=files or list(options.paths))
     evidence = evidence_from_traces(primary, ranks)
-    report = assemble_report(evidence, rules, verification=VerificationSettings(
+    report = assemble_report(Gathered(evidence=evidence), rules, VerificationSettings(
         enabled=False, note="a recorded trace: fixes cannot be run, only advised"))
     return AnalyzeResult(report=report, evidence=evidence, files=files)
 

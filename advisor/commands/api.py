@@ -13,8 +13,8 @@ from typing import Any, Callable
 
 import torch
 
+from advisor.capture.collect import gather_capture
 from advisor.capture.stages import CAPTURE
-from advisor.commands.audit import build_evidence, stage_records
 from advisor.report.assembly import assemble_report
 from advisor.report.schema import Report, VerificationSettings
 from advisor.rulekit.engine import RuleConfig
@@ -58,9 +58,9 @@ def audit(
     trace_path = os.path.join(trace_dir or tempfile.mkdtemp(prefix="advisor-api-"), f"{type(model).__name__}.trace.json.gz")
     state = {"spec": {"trace_path": trace_path}, "target": target}
     run = run_inline(state, CAPTURE)
-    evidence, errors = build_evidence(run, "<python>")
-    report = assemble_report(evidence, config, errors=errors, stages=stage_records(run),
-                             verification=VerificationSettings(enabled=verify, budget_s=budget, pairs=pairs))
+    gathered = gather_capture(run, "<python>")
+    errors = gathered.errors
+    report = assemble_report(gathered, config, VerificationSettings(enabled=verify, budget_s=budget, pairs=pairs))
 
     def measure(findings):
         from advisor.verify.copies import measure_here

@@ -2,32 +2,23 @@
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from advisor.capture.collect import gather_capture
 from advisor.capture.stages import CAPTURE
-from advisor.errors import StageError
+from advisor.commands.options import MeasureOptions
 from advisor.evidence import (
-    CallSite,
-    DataLoaderInfo,
-    Environment,
     Evidence,
-    FlopCount,
-    GraphCapture,
-    RoutingGroup,
-    TargetInfo,
-    Timing,
 )
 from advisor.files.session import FileSession
 from advisor.report.assembly import assemble_report, failed
-from advisor.report.schema import ModelOutput, Report, StageRecord, VerificationSettings
+from advisor.report.schema import Report, VerificationSettings
 from advisor.rulekit.engine import RuleConfig
 from advisor.rulekit.rule import Finding, Verification
-from advisor.sandbox.supervisor import CaptureRun, run_capture
-from advisor.trace.parse import TraceFormatError, parse_trace
+from advisor.sandbox.supervisor import run_capture
 from advisor.verify.orchestrate import measure_fixes, verify_findings
 from advisor.verify.plan import MeasuredFixes
 from advisor.verify.stage import VERIFY
@@ -36,22 +27,11 @@ VERIFY_MARGIN_S = 120  # compile time and start-up beyond the measuring budget
 MIN_CHILD_BUDGET_S = 5.0  # below this a fresh child cannot start, load the model and measure
 
 
-@dataclass
-class AuditOptions:
+@dataclass(kw_only=True)
+class AuditOptions(MeasureOptions):
     model_file: str
-    out_dir: str = "reports"
-    formats: tuple[str, ...] = ("html", "json")
     mode: str = "auto"
     device: str = "auto"
-    timeout: float = 300.0
-    rule_dirs: tuple[str, ...] = ()
-    settings: tuple[str, ...] = ()
-    disabled: tuple[str, ...] = ()
-    fail_on: str = "high"
-    verify: bool = True
-    budget: float = 120.0
-    pairs: int | None = None  # each fix measured with exactly this many pairs, whatever the time (no budget)
-    shadow_limit_mb: float | None = None  # the capture's journal and each verification child's shadow
 
 
 @dataclass
@@ -87,13 +67,10 @@ def run_audit(options: AuditOptions, progress: Callable[[str], None] = lambda te
         # the capture runs the user's code as a run of theirs would: its writes are real (and journaled)
         run = run_capture(spec, options.timeout, CAPTURE, progress, environment=files.journal_environment(),
                           scratch_in=files.folder)
-        evidence, errors = build_evidence(run, options.model_file)
-        report = assemble_report(
-            evidence, rules, errors=errors, stages=stage_records(run),
-            output=ModelOutput(stdout=run.stdout, stderr=run.stderr),
-            verification=VerificationSettings(enabled=options.verify, budget_s=options.budget, pairs=options.pairs),
-            run_rules=run.outcomes["load"].status == "ok",
-        )
+        gathered = gather_capture(run, options.model_file)
+        evidence, errors = gathered.evidence, gathered.errors
+        report = assemble_report(gathered, rules, VerificationSettings(enabled=options.verify, budget_s=options.budget,
+                                                                       pairs=options.pairs))
         files.remember()
         refusal = files.refusal()
         verify_findings(report, rules, errors,
@@ -140,42 +117,3 @@ def _child(spec: dict, findings: list[Finding], budget_s: float, options: AuditO
         return Verification(status="fix-failed",
                             note=f"verification did not finish: {failure.message if failure else 'unknown'}")
     return Verification.model_validate_json(text)
-
-
-def stage_records(run: CaptureRun) -> list[StageRecord]:
-    return [StageRecord(stage=o.stage, status=o.status, seconds=round(o.seconds, 3), note=o.note)
-            for o in run.outcomes.values()]
-
-
-def build_evidence(run: CaptureRun, model_file: str) -> tuple[Evidence, list[StageError]]:
-    errors = list(run.errors)
-    loaded = run.result("load")
-    target = TargetInfo.model_validate_json(loaded) if loaded else TargetInfo(model_file=os.path.abspath(model_file))
-    evidence = Evidence(target=target)
-    if (text := run.result("env")) is not None:
-        evidence.env = Environment.model_validate_json(text)
-    if (text := run.result("timing")) is not None:
-        evidence.timing = Timing.model_validate_json(text)
-    if (text := run.result("graph")) is not None:
-        evidence.graph = GraphCapture.model_validate_json(text)
-    elif (outcome := run.outcomes.get("graph")) is not None and outcome.error is not None:
-        evidence.graph_error = outcome.error.message
-    if (text := run.result("flops")) is not None:
-        evidence.flops = FlopCount.model_validate_json(text)
-    if (text := run.result("calls")) is not None:
-        watched = json.loads(text)
-        evidence.calls = [CallSite.model_validate(site) for site in watched["sites"]]
-        evidence.target.autocast = watched["autocast"]
-    if (text := run.result("routing")) is not None:
-        evidence.routing = [RoutingGroup.model_validate(group) for group in json.loads(text)]
-    if (text := run.result("data")) is not None:
-        evidence.data = DataLoaderInfo.model_validate_json(text)
-    if (text := run.result("trace")) is not None:
-        path = json.loads(text)["trace_path"]
-        try:
-            evidence.trace = parse_trace(path)
-        except TraceFormatError as broken:  # the audit goes on without the trace-based rules
-            errors.append(StageError(stage="trace", kind="unsupported",
-                                     message=f"torch.profiler wrote a trace advisor cannot read ({broken}); "
-                                             "the rules that read the trace did not run"))
-    return evidence, errors

@@ -8,7 +8,9 @@ import os
 from dataclasses import dataclass, field
 from typing import Callable
 
-from advisor.commands.audit import AuditResult, build_evidence, stage_records
+from advisor.capture.collect import gather_capture
+from advisor.commands.audit import AuditResult
+from advisor.commands.options import ReportOptions
 from advisor.ready.checks import ReadyOptions, decide
 from advisor.ready.measured import (
     ColdStartEvidence,
@@ -24,18 +26,16 @@ from advisor.ready.measured import (
 from advisor.ready.probes import READY
 from advisor.report.assembly import assemble_report
 from advisor.report.readiness import LatencyRow
-from advisor.report.schema import ModelOutput, VerificationSettings
+from advisor.report.schema import VerificationSettings
 from advisor.rulekit.engine import RuleConfig
 from advisor.sandbox.supervisor import CaptureRun, run_capture
 
 DEFAULT_BATCH_SIZES = (1, 8, 32)
 
 
-@dataclass
-class ReadyRunOptions:
+@dataclass(kw_only=True)
+class ReadyRunOptions(ReportOptions):
     model_file: str
-    out_dir: str = "reports"
-    formats: tuple[str, ...] = ("html", "json")
     batch_sizes: tuple[int, ...] = DEFAULT_BATCH_SIZES
     device: str = "auto"
     timeout: float = 300.0
@@ -50,13 +50,12 @@ def run_ready(options: ReadyRunOptions, progress: Callable[[str], None] = lambda
             "batch_sizes": list(options.batch_sizes), "precision": options.checks.precision,
             "seconds_per_size": options.seconds_per_size, "fetch_deadline_s": min(60.0, options.timeout / 2)}
     run = run_capture(spec, options.timeout, READY, progress)
-    evidence, errors = build_evidence(run, options.model_file)
-    report = assemble_report(evidence, RuleConfig.load(), errors=errors, stages=stage_records(run),
-                             output=ModelOutput(stdout=run.stdout, stderr=run.stderr),
-                             verification=VerificationSettings(enabled=False), run_rules=False)
+    gathered = gather_capture(run, options.model_file)
+    gathered.judge = False  # a gate, not an audit: the checks decide, no rule runs
+    report = assemble_report(gathered, RuleConfig.load(), VerificationSettings(enabled=False))
     if run.outcomes["load"].status == "ok":
         report.readiness = decide(ready_evidence(run, list(options.batch_sizes)), options.checks)
-    return AuditResult(report=report, evidence=evidence)
+    return AuditResult(report=report, evidence=gathered.evidence)
 
 
 def ready_evidence(run: CaptureRun, batch_sizes: list[int]) -> ReadyEvidence:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from advisor.commands.audit import AuditResult
+from advisor.commands.options import MeasureOptions
 from advisor.errors import StageError
 from advisor.evidence import (
     CallSite,
@@ -25,6 +26,7 @@ from advisor.evidence import (
 )
 from advisor.files.session import FileSession
 from advisor.report.assembly import assemble_report
+from advisor.report.gathered import Gathered
 from advisor.report.schema import ModelOutput, StageRecord, VerificationSettings
 from advisor.rulekit.engine import RuleConfig
 from advisor.run.arms import RunVerifier
@@ -40,26 +42,15 @@ STEP_KINDS = {OPTIMIZER: "each optimizer step", FORWARD: "each call of the outer
               PROFILER_STEP: "each of the script's own prof.step() calls", MARKER: "each return of --step-marker"}
 
 
-@dataclass
-class RunOptions:
+@dataclass(kw_only=True)
+class RunOptions(MeasureOptions):
     command: tuple[str, ...]
-    out_dir: str = "reports"
-    formats: tuple[str, ...] = ("html", "json")
     warmup_steps: int = 3
     steps: int = 20
     profile_steps: int = 3
     full: bool = False
-    timeout: float = 300.0
-    rule_dirs: tuple[str, ...] = ()
-    settings: tuple[str, ...] = ()
-    disabled: tuple[str, ...] = ()
-    fail_on: str = "high"
     show_output: bool = False
     step_marker: str = ""
-    verify: bool = True
-    budget: float = 120.0
-    pairs: int | None = None  # exactly this many runs per side for each fix, whatever the time (no budget)
-    shadow_limit_mb: float | None = None  # the journal's and each experiment's shadow (default: a third of the free space)
 
     @property
     def script(self) -> str:
@@ -96,12 +87,10 @@ def _run_with(files: FileSession, options: RunOptions, progress: Callable[[str],
         seen = run.read("window.json") or {}
     finally:
         discard(run)
-    report = assemble_report(
-        evidence, rules, errors=errors, stages=_stages(run, evidence, notes),
-        output=ModelOutput(stdout=run.stdout, stderr=run.stderr),
-        verification=VerificationSettings(enabled=options.verify, budget_s=options.budget, pairs=options.pairs),
-        run_rules=evidence.timing is not None,
-    )
+    gathered = Gathered(evidence=evidence, errors=errors, stages=_stages(run, evidence, notes),
+                        output=ModelOutput(stdout=run.stdout, stderr=run.stderr), judge=evidence.timing is not None)
+    report = assemble_report(gathered, rules, VerificationSettings(enabled=options.verify, budget_s=options.budget,
+                                                                   pairs=options.pairs))
     if not run.interrupted:
         files.remember()
         # the verification runs step and find the model as this run did, and apply the rules' own fixes

@@ -9,9 +9,8 @@ and the report is filled from it; fixes are then measured by the one orchestrati
 
 from __future__ import annotations
 
-from advisor.errors import StageError
-from advisor.evidence import Evidence
-from advisor.report.schema import ModelOutput, Report, RuleProblemRecord, StageRecord, VerificationSettings
+from advisor.report.gathered import Gathered
+from advisor.report.schema import Report, RuleProblemRecord, VerificationSettings
 from advisor.report.summarize import summarize_graph, summarize_performance, summarize_trace
 from advisor.rulekit.engine import RuleConfig
 from advisor.version import __version__
@@ -20,24 +19,14 @@ from advisor.version import __version__
 FAILING_KINDS = ("user-code", "timeout", "crash", "internal", "interrupted")
 
 
-def assemble_report(
-    evidence: Evidence,
-    rules: RuleConfig,
-    *,
-    errors: list[StageError] = (),
-    stages: list[StageRecord] = (),
-    output: ModelOutput | None = None,
-    verification: VerificationSettings | None = None,
-    run_rules: bool = True,
-) -> Report:
-    """The report of one run: findings from the configured rules, summaries of the evidence.
-
-    ``run_rules=False`` when there is nothing to judge (the model file did not load, the traces
-    did not parse): the report then carries only the errors.
-    """
+def assemble_report(gathered: Gathered, rules: RuleConfig, verification: VerificationSettings | None = None) -> Report:
+    """The report of one run: findings from the configured rules, summaries of the evidence (only the
+    errors when there is nothing to judge)."""
+    evidence, errors, stages, output = gathered.evidence, gathered.errors, gathered.stages, gathered.output
+    run_rules = gathered.judge
     report = Report(
         advisor_version=__version__, target=evidence.target, errors=list(errors), stages=list(stages),
-        output=output or ModelOutput(), verification=verification or VerificationSettings(),
+        output=output, verification=verification or VerificationSettings(),
         rule_problems=[RuleProblemRecord(source=p.source, message=p.message) for p in rules.ruleset.problems],
         environment=evidence.env, timing=evidence.timing, data=evidence.data, flops=evidence.flops,
         ranks=evidence.rank_summaries,

@@ -1,0 +1,29 @@
+"""The options every command shares, as one shape: where reports go (all), which rules judge (those that
+run rules), and how the model is measured (those that run it). Each command's options add their own."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(kw_only=True)
+class ReportOptions:
+    out_dir: str = "reports"
+    formats: tuple[str, ...] = ("html", "json")
+    fail_on: str = "high"
+
+
+@dataclass(kw_only=True)
+class RuleOptions(ReportOptions):
+    rule_dirs: tuple[str, ...] = ()
+    settings: tuple[str, ...] = ()  # --set OWNER.NAME=VALUE
+    disabled: tuple[str, ...] = ()
+
+
+@dataclass(kw_only=True)
+class MeasureOptions(RuleOptions):
+    timeout: float = 300.0  # seconds each stage (or the script) may run
+    verify: bool = True
+    budget: float = 120.0  # seconds for fix verification
+    pairs: int | None = None  # each fix measured with exactly this many pairs, whatever the time (no budget)
+    shadow_limit_mb: float | None = None  # the audited run's journal and each experiment's shadow
