@@ -291,6 +291,35 @@ def rules(ctx: click.Context, rule_dirs) -> None:
 
 @rules.command()
 @click.argument("slug")
+@click.option("--code", default="USR001", show_default=True, help="The rule's code (two to five capitals, three digits).")
+@click.option("--layer", type=click.Choice(["hardware", "runtime", "model", "application"]), default="model",
+              show_default=True, help="Where the latency it finds hides.")
+@click.option("--out", "folder", default="my_rules", show_default=True, type=click.Path(file_okay=False),
+              help="Folder for the rule file (load it with --rules FOLDER) and its samples.")
+@click.pass_obj
+def new(ruleset, slug: str, code: str, layer: str, folder: str) -> None:
+    """Write a new rule's file and a positive and a negative sample for it."""
+    from advisor.rulekit.rule import CODE_PATTERN, SLUG_PATTERN
+    from advisor.rulekit.scaffold import scaffold
+
+    if not SLUG_PATTERN.match(slug):
+        _fail(f"{slug!r}: a rule's slug is lower-case words joined by '-' (e.g. my-rule)")
+    if not CODE_PATTERN.match(code):
+        _fail(f"{code!r}: a rule's code is two to five capitals and three digits (e.g. USR001)")
+    if ruleset.get(slug) is not None or any(r.code == code for r in ruleset.rules):
+        _fail(f"{slug} or {code} is taken by a built-in rule; choose another")
+    try:
+        written = scaffold(slug, code, layer, folder)
+    except FileExistsError as taken:
+        _fail(str(taken))
+    for path in written:
+        click.echo(f"wrote {path}")
+    positive = written[1]
+    click.echo(f"try it: advisor audit {positive} --rules {folder}   (then edit {written[0]})")
+
+
+@rules.command()
+@click.argument("slug")
 @click.pass_obj
 def explain(ruleset, slug: str) -> None:
     """Print a rule's documentation and thresholds."""
@@ -299,6 +328,8 @@ def explain(ruleset, slug: str) -> None:
         _fail(f"no rule named {slug!r}; 'advisor rules' lists them")
     click.echo(f"{found.code} {found.slug} ({found.layer.value}, default severity {found.severity.value})\n")
     click.echo(found.doc)
+    if found.needs:
+        click.echo(f"\nReads: {', '.join(found.needs)} (not run without them; the report says why)")
     if found.thresholds:
         click.echo("\nThresholds (override with --set " + found.slug + ".NAME=VALUE):")
         for name, threshold in found.thresholds.items():
@@ -306,6 +337,8 @@ def explain(ruleset, slug: str) -> None:
             click.echo(f"  {name} = {threshold.default:g}{unit}: {threshold.help}")
     scale = ", ".join(f"{name.split('_')[0]} from {t.default:.0%} (--set {severity.SCALE}.{name})"
                       for name, t in severity.SCALE_THRESHOLDS.items())
+    if found.high_at:
+        click.echo(f"\nHIGH from {found.high_at} = {found.thresholds[found.high_at].default:g} of the step, MEDIUM below it.")
     click.echo(f"\nSeverity follows measured cost: a finding's severity is at most what its share of the step "
                f"allows ({scale}; below that info).")
 

@@ -31,7 +31,7 @@ from advisor.rulekit.fixing import replace_target
 from advisor.rulekit.rule import Finding, Fix, Layer, Severity, Thresholds, rule
 
 
-@rule(slug="anomaly-detection", code="ADV113", layer=Layer.RUNTIME, severity=Severity.HIGH)
+@rule(slug="anomaly-detection", code="ADV113", layer=Layer.RUNTIME, needs=("env",), severity=Severity.HIGH)
 def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     if ev.env is None or not ev.env.anomaly_detection:
         return
@@ -42,8 +42,6 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
                  "checked for NaN" + ("" if training else " (it costs most in training; this audit is inference)")),
         evidence={"anomaly_detection": True, "mode": ev.target.mode},
         fix=Fix(summary="remove torch.autograd.set_detect_anomaly(True), or enable it only behind a debug flag",
-                before="torch.autograd.set_detect_anomaly(True)",
-                after='torch.autograd.set_detect_anomaly(os.environ.get("DEBUG_NAN") == "1")',
                 docs=["https://pytorch.org/docs/stable/autograd.html#anomaly-detection"]),
     )
 

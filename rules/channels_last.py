@@ -47,6 +47,7 @@ CONV_WORK = CONV_OPS | {"aten::convolution_backward", "aten::conv2d", "aten::con
     slug="channels-last",
     code="ADV117",
     layer=Layer.MODEL,
+    needs=("graph", "trace"),
     severity=Severity.LOW,
     thresholds={
         "min_share": Threshold(0.25, "share of the step in convolutions before it is reported (CPU)"),
@@ -69,7 +70,11 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
         return  # no conv net, or already channels_last
     conv_us = ev.trace.median_per_step(outermost(ev.trace, CONV_WORK))
     share = ev.share_of_step(conv_us)
-    if share is None or share < (th.min_share_cuda if ev.on_cuda else th.min_share):
+    if share is None:
+        return
+    margin = ev.share_margin("convolution share of the step", share, th.min_share_cuda if ev.on_cuda else th.min_share)
+    yield margin  # how near it came: reported when the rule stays silent too
+    if share < margin.threshold:
         return
     low_precision = ev.target.autocast is not None or any(k in REDUCED_DTYPES for k in ev.target.param_dtypes)
     layers = {n.module_path for n in nchw}
@@ -79,7 +84,7 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
                  + ("" if ev.on_cuda else "; on this CPU the gain depends on oneDNN's kernels: the verification "
                                           "measures it")),
         impact=None,  # the gain is a fraction of the convolution time, which verification measures
-        margin=ev.share_margin("convolution share of the step", share, th.min_share_cuda if ev.on_cuda else th.min_share),
+        margin=margin,
         evidence={"nchw_conv_layers": len(layers), "conv_share_of_step": round(share, 4),
                   "conv_ms_per_step": round(conv_us / 1000, 4), "low_precision": low_precision},
         locations=[Location.at(n.file, n.line, function=f"module {n.module_path}",
@@ -88,9 +93,6 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
                    for site, n in {_site(n): n for n in nchw}.items()][:5],
         fix=Fix(summary="convert the model and its inputs to channels_last: "
                         "model.to(memory_format=torch.channels_last), x.to(memory_format=torch.channels_last)",
-                before="model = Net().cuda()\nout = model(images)",
-                after="model = Net().cuda().to(memory_format=torch.channels_last)\n"
-                      "out = model(images.to(memory_format=torch.channels_last))",
                 docs=["https://pytorch.org/tutorials/intermediate/memory_format_tutorial.html",
                       "https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html"
                       "#use-channels-last-memory-format-for-computer-vision-models"]),

@@ -63,8 +63,6 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
         locations=[Location.at(s.file, s.line, count_per_step=s.count, note=f"{s.ms:.3g} ms") for s in sites],
         fix=Fix(summary="move checkpointing out of the step, less often, and asynchronously "
                         "(torch.distributed.checkpoint.async_save or a background thread)",
-                before='torch.save(model.state_dict(), "ckpt.pt")  # every step',
-                after='if step % 1000 == 0:\n    dcp.async_save(model.state_dict(), checkpoint_id=f"ckpt/{step}")',
                 docs=["https://pytorch.org/docs/stable/distributed.checkpoint.html",
                       "https://pytorch.org/tutorials/recipes/distributed_async_checkpoint_recipe.html"]),
     )

@@ -42,6 +42,7 @@ from advisor.trace.parse import DeviceEvent, Op, Span, Trace
     slug="comm-overlap",
     code="ADV111",
     layer=Layer.APPLICATION,
+    needs=("trace",),
     severity=Severity.MEDIUM,
     high_at="high_exposed_share",
     thresholds={
@@ -78,8 +79,6 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
                   "measured_on": measured_on},
         fix=Fix(summary="let communication overlap the backward pass (DDP buckets, gradient_as_bucket_view=True, "
                         "no find_unused_parameters unless needed; FSDP prefetch)",
-                before="model = DDP(model, find_unused_parameters=True)",
-                after="model = DDP(model, gradient_as_bucket_view=True)",
                 docs=["https://pytorch.org/docs/stable/notes/ddp.html"]),
     )
 

@@ -36,7 +36,7 @@ CONVS = ("Conv1d", "Conv2d", "Conv3d")
 NORMS = ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm")
 
 
-@rule(slug="conv-bias-before-bn", code="ADV115", layer=Layer.MODEL, severity=Severity.LOW)
+@rule(slug="conv-bias-before-bn", code="ADV115", layer=Layer.MODEL, needs=("graph",), severity=Severity.LOW)
 def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     if ev.graph is None:
         return
@@ -66,8 +66,6 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
                    for c, n in unique[:5]],
         fix=Fix(summary="create these convolutions with bias=False (for a checkpoint: fold the bias into the "
                         "BatchNorm's running_mean)",
-                before="nn.Conv2d(c_in, c_out, 3, padding=1), nn.BatchNorm2d(c_out)",
-                after="nn.Conv2d(c_in, c_out, 3, padding=1, bias=False), nn.BatchNorm2d(c_out)",
                 docs=["https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html"
                       "#disable-bias-for-convolutions-directly-followed-by-a-batch-norm"]),
     )

@@ -44,6 +44,7 @@ from advisor.rulekit.rule import Finding, Fix, Layer, Severity, Threshold, Thres
     slug="cpu-threads",
     code="ADV127",
     layer=Layer.HARDWARE,
+    needs=("env",),
     severity=Severity.MEDIUM,
     thresholds={
         "max_oversubscription": Threshold(1.5, "threads (intra-op + loader workers) per usable core on a CPU run"),
@@ -76,8 +77,6 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
         fix=Fix(summary=f"use at most {max(1, cores - (workers if not ev.on_cuda and workers else 0))} intra-op "
                         "threads: torch.set_num_threads(len(os.sched_getaffinity(0))) minus the cores the "
                         "loader workers need",
-                before="torch.set_num_threads(os.cpu_count())",
-                after="torch.set_num_threads(len(os.sched_getaffinity(0)))",
                 docs=["https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html#utilize-openmp",
                       "https://pytorch.org/docs/stable/notes/cpu_threading_torchscript_inference.html"]),
     )

@@ -36,7 +36,7 @@ from advisor.rulekit.helpers import convolution_sites
 from advisor.rulekit.rule import Finding, Fix, Layer, Location, Severity, Thresholds, rule
 
 
-@rule(slug="cudnn-benchmark", code="ADV123", layer=Layer.RUNTIME, severity=Severity.MEDIUM)
+@rule(slug="cudnn-benchmark", code="ADV123", layer=Layer.RUNTIME, needs=("cuda", "env"), severity=Severity.MEDIUM)
 def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     env = ev.env
     if not ev.on_cuda or env is None or env.cudnn_benchmark is not False or env.cudnn_enabled is False:
@@ -51,8 +51,6 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
         evidence={"cudnn_benchmark": False, "convolutions": len(convs), "device": env.device_name},
         locations=[Location.at(file, line, function=where) for file, line, where in convs[:5] if file],
         fix=Fix(summary="set torch.backends.cudnn.benchmark = True at start-up (input shapes are fixed)",
-                before="model = Net().cuda()",
-                after="torch.backends.cudnn.benchmark = True\nmodel = Net().cuda()",
                 docs=["https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html"
                       "#enable-cudnn-auto-tuner"]),
     )

@@ -44,6 +44,7 @@ PAGEABLE_TO_DEVICE = "Pageable -> Device"
     slug="dataloader-pin-memory",
     code="ADV106",
     layer=Layer.APPLICATION,
+    needs=("data",),
     severity=Severity.MEDIUM,
     thresholds={"min_batch_mb": Threshold(1.0, "batch size below which pinning hardly matters (CPU audits)", "MB")},
 )

@@ -39,6 +39,7 @@ from advisor.rulekit.rule import Finding, Fix, Layer, Location, Severity, Thresh
     slug="dataloader-too-many-workers",
     code="ADV131",
     layer=Layer.APPLICATION,
+    needs=("data", "env"),
     severity=Severity.MEDIUM,
     thresholds={"max_workers_per_core": Threshold(1.0, "loader workers per usable core")},
 )

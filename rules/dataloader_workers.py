@@ -34,7 +34,7 @@ from __future__ import annotations
 import math
 from typing import Iterator
 
-from advisor.evidence import DataLoaderInfo, Evidence
+from advisor.evidence import SHARE_NOISE_FLOOR, DataLoaderInfo, Evidence, Margin
 from advisor.rulekit.fixing import replace_target
 from advisor.rulekit.rule import Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
 
@@ -46,6 +46,7 @@ DOCS = ["https://pytorch.org/docs/stable/data.html#multi-process-data-loading",
     slug="dataloader-workers",
     code="ADV105",
     layer=Layer.APPLICATION,
+    needs=("data",),
     severity=Severity.MEDIUM,
     high_at="high_share",
     thresholds={
@@ -68,12 +69,16 @@ def _too_few_workers(ev: Evidence, data: DataLoaderInfo, step_ms: float, th: Thr
     batch_ms = data.batch_ms_median
     if data.batches_measured - 1 < th.min_steady_batches:
         return  # too few batches after start-up to know the loader's steady pace
+    yield Margin(quantity="time per batch (ms)", value=round(batch_ms, 4), threshold=th.min_batch_ms,
+                 noise=round(batch_ms * SHARE_NOISE_FLOOR, 4))  # reported when silent too
     if batch_ms < th.min_batch_ms:
         return  # cheap batches: workers would add IPC cost for nothing
     # With workers the measured time is the pool's throughput, overlapped with the step.
     # A wait measured in the user's own loop (advisor run) is already the exposed part.
     wait_ms = batch_ms if data.num_workers == 0 or data.measured_in_loop else max(0.0, batch_ms - step_ms)
     share = wait_ms / (wait_ms + step_ms)
+    margin = ev.share_margin("data wait share of the iteration", share, th.min_share)
+    yield margin  # how near it came: reported when the rule stays silent too
     if share < th.min_share:
         return
     per_worker_ms = batch_ms * max(data.num_workers, 1)
@@ -92,7 +97,7 @@ def _too_few_workers(ev: Evidence, data: DataLoaderInfo, step_ms: float, th: Thr
     yield Finding(
         message=message,
         impact=share,
-        margin=ev.share_margin("data wait share of the iteration", share, th.min_share),
+        margin=margin,
         evidence={
             "batch_ms": round(batch_ms, 4), "step_ms": round(step_ms, 4), "data_wait_share": round(share, 4),
             "num_workers": data.num_workers, "workers_needed": needed, "workers_suggested": suggested,

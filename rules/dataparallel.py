@@ -52,9 +52,6 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
                     "on several GPUs it replicates the model and gathers on GPU 0 every step")),
         evidence={"data_parallel_wrappers": count, "gpu_count": gpus, "device": ev.target.device},
         fix=Fix(summary="use DistributedDataParallel with one process per GPU (torchrun)",
-                before="model = nn.DataParallel(model).cuda()",
-                after="# torchrun --nproc_per_node=NUM_GPUS train.py\ndist.init_process_group(\"nccl\")\n"
-                      "model = DistributedDataParallel(model.to(rank), device_ids=[rank])",
                 docs=["https://pytorch.org/docs/stable/notes/cuda.html#use-nn-parallel-distributeddataparallel-"
                       "instead-of-multiprocessing-or-nn-dataparallel",
                       "https://pytorch.org/tutorials/intermediate/ddp_tutorial.html"]),

@@ -47,6 +47,7 @@ DEFAULT_CAP_MB = 25
     slug="ddp-buckets",
     code="ADV136",
     layer=Layer.APPLICATION,
+    needs=("ddp",),
     severity=Severity.MEDIUM,
     thresholds={
         "max_buckets": Threshold(3, "buckets per backward before they count as many"),

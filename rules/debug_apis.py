@@ -56,8 +56,6 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
         locations=[Location.at(s.file, s.line, count_per_step=s.count, note=s.api) for s in sites],
         fix=Fix(summary="remove the debugging calls from the step, or guard them behind a debug flag "
                         "(the profiler: a schedule over a few steps of a separate run)",
-                before="with torch.profiler.profile() as prof:\n    loss = model(x).sum()",
-                after="loss = model(x).sum()",
                 docs=["https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html"
                       "#disable-debugging-apis"]),
     )

@@ -33,7 +33,7 @@ from advisor.rulekit.fixing import attribute, setting, with_switches
 from advisor.rulekit.rule import Finding, Fix, Layer, Severity, Thresholds, rule
 
 
-@rule(slug="deterministic-algorithms", code="ADV125", layer=Layer.RUNTIME, severity=Severity.LOW)
+@rule(slug="deterministic-algorithms", code="ADV125", layer=Layer.RUNTIME, needs=("cuda", "env"), severity=Severity.LOW)
 def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     env = ev.env
     if not ev.on_cuda or env is None:
@@ -48,8 +48,6 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
         evidence={"deterministic_algorithms": env.deterministic_algorithms,
                   "cudnn_deterministic": env.cudnn_deterministic, "device": env.device_name},
         fix=Fix(summary="enable deterministic algorithms only for reproducibility runs (behind a flag)",
-                before="torch.use_deterministic_algorithms(True)",
-                after='torch.use_deterministic_algorithms(os.environ.get("REPRODUCIBLE") == "1")',
                 docs=["https://pytorch.org/docs/stable/notes/randomness.html"]),
     )
 

@@ -55,7 +55,6 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
         locations=[Location.at(s.file, s.line, count_per_step=s.count) for s in sites],
         fix=Fix(summary="remove torch.cuda.empty_cache() from the step (for fragmentation: "
                         "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True)",
-                before="loss.backward()\ntorch.cuda.empty_cache()", after="loss.backward()",
                 docs=["https://pytorch.org/docs/stable/notes/cuda.html#memory-management"]),
     )
 

@@ -37,7 +37,7 @@ from advisor.rulekit.rule import Finding, Fix, Layer, Location, Severity, Thresh
 DOCS = ["https://pytorch.org/docs/stable/generated/torch.nn.parallel.DistributedDataParallel.html"]
 
 
-@rule(slug="find-unused-parameters", code="ADV134", layer=Layer.APPLICATION, severity=Severity.MEDIUM)
+@rule(slug="find-unused-parameters", code="ADV134", layer=Layer.APPLICATION, needs=("ddp",), severity=Severity.MEDIUM)
 def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     ddp = ev.ddp
     if ddp is None or not ddp.find_unused_parameters or ddp.steps_watched == 0:
@@ -51,8 +51,7 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
         evidence={"find_unused_parameters": True, "steps_watched": ddp.steps_watched, "unused_parameter_bytes": 0},
         locations=[Location.at(ddp.file, ddp.line)] if ddp.file else [],
         fix=Fix(summary="build DDP with find_unused_parameters=False (the default)",
-                before="model = DistributedDataParallel(net, find_unused_parameters=True)",
-                after="model = DistributedDataParallel(net)", docs=DOCS),
+                docs=DOCS),
     )
 
 

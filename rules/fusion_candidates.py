@@ -39,6 +39,7 @@ from advisor.rulekit.rule import Finding, Fix, Layer, Location, Severity, Thresh
     slug="fusion-candidates",
     code="ADV110",
     layer=Layer.MODEL,
+    needs=("trace",),
     severity=Severity.LOW,
     thresholds={
         "short_kernel_us": Threshold(20, "a kernel shorter than this is a fusion candidate", "µs"),
@@ -86,7 +87,6 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
                   "kernel_ms_per_step": round(kernel_us / 1000, 4)},
         locations=[_location(trace, key, found, steps, unit) for key, found in ranked[:6]],
         fix=Fix(summary="torch.compile fuses such chains; or use a fused implementation of the op",
-                before="y = x * torch.sigmoid(x)", after="y = F.silu(x)  # or torch.compile(model)",
                 docs=["https://pytorch.org/tutorials/intermediate/torch_compile_tutorial.html"]),
     )
 

@@ -42,6 +42,7 @@ from advisor.trace.parse import Trace
     slug="gpu-idle",
     code="ADV109",
     layer=Layer.APPLICATION,
+    needs=("trace",),
     severity=Severity.MEDIUM,
     high_at="high_idle_share",
     thresholds={
@@ -74,7 +75,7 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
         impact=share,
         evidence={"idle_share": round(share, 4), **{f"{k.replace(' ', '_')}_share": round(v, 4) for k, v in parts.items()},
                   "steps": len(trace.steps)},
-        fix=Fix(summary=advice[main], before="", after="",
+        fix=Fix(summary=advice[main],
                 docs=["https://hta.readthedocs.io/en/latest/source/features/idle_time_breakdown.html"]),
     )
 

@@ -43,6 +43,7 @@ from advisor.sources import site_label
     slug="graph-breaks",
     code="ADV122",
     layer=Layer.MODEL,
+    needs=("graph",),
     severity=Severity.LOW,
     thresholds={"medium_graphs": Threshold(3, "graphs the forward splits into that make the finding medium", "count")},
 )
@@ -64,7 +65,6 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
                    for b in breaks[:8] if b.file],
         fix=Fix(summary="remove the breaks so torch.compile captures one graph: tensor ops instead of .item() and "
                         "branches on values, fixed-size ops instead of data-dependent shapes, no printing in forward",
-                before="if x.sum() > 0:\n    x = x * 2", after="x = torch.where(x.sum() > 0, x * 2, x)",
                 docs=["https://pytorch.org/docs/stable/torch.compiler_troubleshooting.html#graph-breaks",
                       "https://pytorch.org/docs/stable/torch.compiler_faq.html#identifying-the-cause-of-a-graph-break"]),
     )

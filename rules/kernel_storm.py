@@ -69,6 +69,7 @@ DOCS = ["https://pytorch.org/tutorials/intermediate/torch_compile_tutorial.html"
     slug="kernel-storm",
     code="ADV103",
     layer=Layer.MODEL,
+    needs=("trace",),
     severity=Severity.MEDIUM,
     thresholds={
         "min_overhead_share": Threshold(
@@ -111,6 +112,8 @@ def _cpu(ev: Evidence, trace: Trace, th: Thresholds) -> Iterator[Finding]:
     mean_op_us = step_ms * 1000 / ops_per_step
     floor_us = ev.env.dispatch_overhead_us if ev.env is not None else None
     work_share = _work_share(ev, trace, step_ms)
+    if work_share is not None:
+        yield ev.share_margin("share of the step its FLOPs and bytes explain", work_share, th.max_work_share)
     if work_share is not None and work_share > th.max_work_share:
         return  # FLOPs and bytes explain the step: big operators, not overhead
     if floor_us:
@@ -118,6 +121,7 @@ def _cpu(ev: Evidence, trace: Trace, th: Thresholds) -> Iterator[Finding]:
         # core stretches every parallel region of the step, but not the single-op floor).
         quiet_ms = ev.timing.min_ms if ev.timing is not None and ev.timing.min_ms > 0 else step_ms
         share = ops_per_step * floor_us / (quiet_ms * 1000)
+        yield ev.share_margin("dispatch share of the step", share, th.min_overhead_share)  # reported when silent too
         if share < th.min_overhead_share:
             return
         high = share >= th.high_overhead_share
@@ -138,7 +142,6 @@ def _cpu(ev: Evidence, trace: Trace, th: Thresholds) -> Iterator[Finding]:
               f"(at an assumed {th.gpu_launch_us:g} µs each), whatever the GPU's speed"
         ),
         impact=round(min(1.0, share), 4) if share is not None else None,
-        margin=ev.share_margin("dispatch share of the step", share, th.min_overhead_share) if share is not None else None,
         evidence={
             "ops_per_step": ops_per_step,
             "mean_op_us": round(mean_op_us, 3),

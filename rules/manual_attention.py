@@ -73,7 +73,7 @@ MASKED_FILL_AT_MOST = -1e4
 CAUSAL_SEARCH_DEPTH = 4  # ops between a mask operand and the tril/triu that built it (== 0, slicing, view)
 
 
-@rule(slug="manual-attention", code="ADV116", layer=Layer.MODEL, severity=Severity.MEDIUM)
+@rule(slug="manual-attention", code="ADV116", layer=Layer.MODEL, needs=("graph",), severity=Severity.MEDIUM)
 def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     if ev.graph is None:
         return
@@ -110,10 +110,6 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
                         + (", is_causal=True" if causal else ", attn_mask=keep_mask (or is_causal=True for a "
                                                              "lower-triangular mask)")
                         + ", dropout_p=p if self.training else 0.0); pass scale= if it is not 1/sqrt(head_dim)",
-                before="att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))\n"
-                       "att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float(\"-inf\"))\n"
-                       "y = F.softmax(att, dim=-1) @ v",
-                after="y = F.scaled_dot_product_attention(q, k, v, is_causal=True)",
                 docs=["https://pytorch.org/docs/stable/generated/torch.nn.functional.scaled_dot_product_attention.html",
                       "https://pytorch.org/tutorials/intermediate/scaled_dot_product_attention_tutorial.html"]),
     )

@@ -41,6 +41,7 @@ from advisor.rulekit.rule import Finding, Fix, Layer, Location, Severity, Thresh
     slug="misaligned-dims",
     code="ADV121",
     layer=Layer.MODEL,
+    needs=("cuda", "graph|trace"),
     severity=Severity.MEDIUM,
     thresholds={
         "multiple": Threshold(8, "element multiple tensor cores need for fp16/bf16", "elements"),
@@ -65,8 +66,6 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
                    for (place, number, k_, n_), (where_, _) in list(unique.items())[:6] if place],
         fix=Fix(summary=f"pad the misaligned dimensions up to a multiple of {th.multiple:g} (64 is better); "
                         "ignore the padded outputs",
-                before="self.head = nn.Linear(768, 50257)",
-                after="self.head = nn.Linear(768, 50304)  # logits[..., :50257] are the real ones",
                 docs=["https://docs.nvidia.com/deeplearning/performance/dl-performance-matrix-multiplication/"
                       "index.html#requirements-tc"]),
     )

@@ -53,6 +53,7 @@ DOCS = ["https://pytorch.org/docs/stable/amp.html",
     slug="missing-amp",
     code="ADV104",
     layer=Layer.MODEL,
+    needs=("trace", "flops"),
     severity=Severity.MEDIUM,
     thresholds={
         "min_gflops": Threshold(0.1, "matmul/conv work per step below which casts outweigh the gain", "GFLOP"),
@@ -85,7 +86,11 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     if mflop_per_matmul < th.min_mflop_per_matmul:
         return  # many small matmuls: measured 1.03x for a top-2 MoE of 4-MFLOP experts in bf16
     share = ev.share_of_step(ev.trace.median_per_step(matmuls))
-    if share is None or share < th.min_matmul_share:
+    if share is None:
+        return
+    margin = ev.share_margin("matmul share of the step", share, th.min_matmul_share)
+    yield margin  # how near it came: reported when the rule stays silent too
+    if share < th.min_matmul_share:
         return
     severity, advice = _device_advice(ev, share)
     yield Finding(
@@ -95,7 +100,7 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
             f"{share:.0%} of the step; {advice}"
         ),
         impact=share,
-        margin=ev.share_margin("matmul share of the step", share, th.min_matmul_share),
+        margin=margin,
         evidence={
             "matmul_gflop_per_step": round(matmul_flops / 1e9, 4),
             "matmul_share_of_step": round(share, 4),

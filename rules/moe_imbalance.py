@@ -82,9 +82,6 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
             if group.file else [],
             fix=Fix(summary="train the router with a load-balancing auxiliary loss (or z-loss, noisy top-k, "
                             "expert-choice routing); place experts across devices by measured load",
-                    before="loss = task_loss",
-                    after="load = F.one_hot(probs.argmax(-1), n_experts).float().mean(0)\n"
-                          "loss = task_loss + 0.01 * n_experts * (load * probs.mean(0)).sum()",
                     docs=["https://arxiv.org/abs/2101.03961", "https://arxiv.org/abs/2202.09368"]),
         )
 

@@ -45,6 +45,7 @@ from advisor.rulekit.rule import Finding, Fix, Layer, Location, Severity, Thresh
     slug="no-sync-accumulation",
     code="ADV135",
     layer=Layer.APPLICATION,
+    needs=("ddp",),
     severity=Severity.HIGH,
     high_at="high_share",
     thresholds={
@@ -75,9 +76,6 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
         locations=[Location.at(ddp.forward_file, ddp.forward_line, note="each micro-step's forward, outside no_sync")]
         if ddp.forward_file else [],
         fix=Fix(summary=f"wrap the first {accum - 1} micro-steps of each step in `with model.no_sync():`",
-                before="loss_fn(model(x), y).backward()",
-                after="with model.no_sync() if micro < accum - 1 else contextlib.nullcontext():\n"
-                      "    loss_fn(model(x), y).backward()",
                 docs=["https://pytorch.org/docs/stable/generated/torch.nn.parallel.DistributedDataParallel.html"
                       "#torch.nn.parallel.DistributedDataParallel.no_sync"]),
     )

@@ -70,6 +70,7 @@ class CopySite:
     slug="non-contiguous",
     code="ADV102",
     layer=Layer.MODEL,
+    needs=("trace",),
     severity=Severity.MEDIUM,
     high_at="high_share",
     thresholds={
@@ -84,7 +85,11 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     sites, copies = _copy_sites(trace)
     copy_us = trace.median_per_step(copies)
     share = ev.share_of_step(copy_us)
-    if share is None or share < th.min_share:  # copies too small to matter: stay silent
+    if share is None:
+        return
+    margin = ev.share_margin("layout-copy share of the step", share, th.min_share)
+    yield margin  # how near it came: reported when the rule stays silent too
+    if share < th.min_share:  # copies too small to matter: stay silent
         return
     step_us = ev.step_ms * 1000.0
     if ev.graph is not None:
@@ -101,7 +106,7 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
             f"(paid by {', '.join(sorted(worst.paid_by))}{made_by})"
         ),
         impact=share,
-        margin=ev.share_margin("layout-copy share of the step", share, th.min_share),
+        margin=margin,
         evidence={
             "copy_share_of_step": round(share, 4),
             "copy_ms_per_step": round(copy_us / 1000, 4),

@@ -43,6 +43,7 @@ FOREACH = FUSED_OPTIMIZERS | {"RMSprop", "Adamax", "NAdam", "RAdam", "ASGD", "Ad
     slug="optimizer-foreach",
     code="ADV129",
     layer=Layer.APPLICATION,
+    needs=("trace",),
     severity=Severity.MEDIUM,
     thresholds={
         "min_tensors": Threshold(16, "parameter tensors below which per-tensor updates cost little", "count"),
@@ -62,7 +63,10 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     profiled_step_us = ev.trace.mean_step_us()
     # a share within the profiled steps: the profiler inflates the optimizer's many small ops as much
     share = min(1.0, step_us / profiled_step_us) if step_us and profiled_step_us else None
-    if share is None or share < th.min_share:
+    if share is None:
+        return
+    yield ev.share_margin("optimizer share of the step", share, th.min_share)  # how near it came: reported when the rule stays silent too
+    if share < th.min_share:
         return
     better = "fused" if name in FUSED_OPTIMIZERS else "foreach"
     how = "foreach=False" if options.get("foreach") is False else "the CPU default"

@@ -40,6 +40,7 @@ PAGEABLE = ("Pageable -> Device", "Device -> Pageable")
     slug="pageable-memcpy",
     code="ADV107",
     layer=Layer.RUNTIME,
+    needs=("trace",),
     severity=Severity.MEDIUM,
     high_at="high_share",
     thresholds={
@@ -76,6 +77,5 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
         ],
         fix=Fix(summary="pin the host memory (DataLoader(pin_memory=True), tensor.pin_memory()) and copy with "
                         "non_blocking=True",
-                before='x = batch.to("cuda")', after='x = batch.pin_memory().to("cuda", non_blocking=True)',
                 docs=["https://pytorch.org/tutorials/intermediate/pinmem_nonblock.html"]),
     )

@@ -56,6 +56,7 @@ FRESH_CONTIGUOUS = GRAPH_MATMULS | {"torch.cat", "torch.stack", "F.layer_norm", 
     slug="redundant-copy",
     code="ADV118",
     layer=Layer.MODEL,
+    needs=("graph",),
     severity=Severity.LOW,
     thresholds={"min_share": Threshold(0.01, "share of the step in redundant clones that makes it low, not info")},
 )
@@ -100,8 +101,6 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
         locations=[Location.at(file, line, note=calls[0][1]) for (file, line, _), calls in list(sites.items())[:8]
                    if file],
         fix=Fix(summary="delete these calls: the values are already what they produce",
-                before="h = self.proj(x).clone()\ny = self.norm(h.contiguous())",
-                after="h = self.proj(x)\ny = self.norm(h)",
                 docs=["https://pytorch.org/docs/stable/generated/torch.Tensor.contiguous.html",
                       "https://pytorch.org/docs/stable/generated/torch.clone.html"]),
     )

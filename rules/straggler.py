@@ -48,6 +48,7 @@ from advisor.trace.ranks import RankTrace
     slug="straggler",
     code="ADV112",
     layer=Layer.APPLICATION,
+    needs=("ranks",),
     severity=Severity.HIGH,
     thresholds={
         "min_late_ms": Threshold(1.0, "median lateness of a rank's collective launches", "ms"),
@@ -91,8 +92,6 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
         locations=[place] if place else [],
         fix=Fix(summary=f"look at what {name} does before its collectives: uneven inputs, extra host work or syncs, "
                         "a slower device or link",
-                before="if rank == 0:\n    log_metrics(loss.item())",
-                after="if rank == 0 and step % 100 == 0:\n    log_metrics(loss.item())",
                 docs=["https://pytorch.org/docs/stable/notes/ddp.html"]),
     )
 

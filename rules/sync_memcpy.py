@@ -40,6 +40,7 @@ from advisor.trace.parse import SYNC_RUNTIME_CALLS
     slug="sync-memcpy",
     code="ADV108",
     layer=Layer.RUNTIME,
+    needs=("trace",),
     severity=Severity.MEDIUM,
     thresholds={"min_per_step": Threshold(1, "blocking copies per step before it is reported", "count")},
 )
@@ -86,6 +87,5 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
         ],
         fix=Fix(summary="copy from pinned memory with non_blocking=True; avoid reading device values on the host "
                         "inside the step",
-                before='x = x.to("cuda")', after='x = x.pin_memory().to("cuda", non_blocking=True)',
                 docs=["https://pytorch.org/tutorials/intermediate/pinmem_nonblock.html"]),
     )

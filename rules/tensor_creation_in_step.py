@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     slug="tensor-creation-in-step",
     code="ADV119",
     layer=Layer.MODEL,
+    needs=("graph",),
     severity=Severity.LOW,
     thresholds={"min_share": Threshold(0.02, "share of the step spent rebuilding constants (CPU runs)")},
 )
@@ -67,6 +68,8 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     cost_us = _cost_us(ev, by_line)
     share = ev.share_of_step(cost_us) if cost_us is not None else None
     from_host = [n for n in constants if _short(n.target) in FROM_HOST]
+    if share is not None and not ev.on_cuda:
+        yield ev.share_margin("share of the step rebuilding constants", share, th.min_share)  # reported when silent too
     if not ev.on_cuda and (share is None or share < th.min_share):
         return  # on a CPU, small constants cost next to nothing: not worth a change
     constant_ids = {n.id for n in constants}
@@ -89,9 +92,6 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
                    for (file, line), nodes in list(by_line.items())[:8] if file],
         fix=Fix(summary="create these tensors once in __init__ with register_buffer(..., persistent=False) "
                         "and slice them per step",
-                before='mask = torch.triu(torch.full((T, T), float("-inf")), diagonal=1)',
-                after='# __init__\nself.register_buffer("mask", torch.triu(torch.full((MAX_T, MAX_T), '
-                      'float("-inf")), 1), persistent=False)\n# forward\nmask = self.mask[:T, :T]',
                 docs=["https://pytorch.org/docs/stable/generated/torch.nn.Module.html"
                       "#torch.nn.Module.register_buffer",
                       "https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html"

@@ -50,6 +50,7 @@ TENSOR_CORE_GEMM = re.compile(r"tf32|s1688|s16816|tensorop|xmma", re.IGNORECASE)
     slug="tf32-disabled",
     code="ADV124",
     layer=Layer.RUNTIME,
+    needs=("env",),
     severity=Severity.MEDIUM,
     thresholds={"min_share": Threshold(0.05, "share of GPU kernel time in fp32 CUDA-core GEMMs (recorded traces)")},
 )
@@ -111,8 +112,6 @@ def _from_settings(ev: Evidence) -> Iterator[Finding]:
 def _advice() -> Fix:
     return Fix(summary='call torch.set_float32_matmul_precision("high") at start-up (TF32 tensor cores), '
                        "or run under bf16 autocast",
-               before="model = Model().cuda()",
-               after='torch.set_float32_matmul_precision("high")\nmodel = Model().cuda()',
                docs=["https://pytorch.org/docs/stable/notes/cuda.html#tensorfloat-32-tf32-on-ampere-and-later-devices"])
 
 

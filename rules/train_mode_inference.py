@@ -38,7 +38,7 @@ from advisor.rulekit.rule import Finding, Fix, Layer, Location, Severity, Thresh
 MODE_DEPENDENT = ("Dropout", "BatchNorm", "AlphaDropout", "FeatureAlphaDropout", "SyncBatchNorm", "InstanceNorm")
 
 
-@rule(slug="train-mode-inference", code="ADV114", layer=Layer.MODEL, severity=Severity.MEDIUM)
+@rule(slug="train-mode-inference", code="ADV114", layer=Layer.MODEL, needs=("graph",), severity=Severity.MEDIUM)
 def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     if ev.target.mode != "inference" or not ev.target.training_flag or ev.graph is None:
         return
@@ -57,8 +57,6 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
         locations=[Location.at(node.file, node.line, function=node.module_path, note=node.module_type)
                    for node in list(layers.values())[:5] if node.file],
         fix=Fix(summary="call model.eval() before inference (with torch.inference_mode())",
-                before="model = Model()\nout = model(x)",
-                after="model = Model().eval()\nwith torch.inference_mode():\n    out = model(x)",
                 docs=["https://pytorch.org/docs/stable/generated/torch.nn.Module.html#torch.nn.Module.eval"]),
     )
 

@@ -49,7 +49,6 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
         locations=[Location.at(s.file, s.line, note="runs in the step" if s.runtime else "in the source")
                    for s in sites],
         fix=Fix(summary="call zero_grad() with the default set_to_none=True",
-                before="optimizer.zero_grad(set_to_none=False)", after="optimizer.zero_grad()",
                 docs=["https://pytorch.org/docs/stable/generated/torch.optim.Optimizer.zero_grad.html",
                       "https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html"
                       "#use-parameter-grad-none-instead-of-model-zero-grad-or-optimizer-zero-grad"]),

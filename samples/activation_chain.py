@@ -15,7 +15,7 @@ class HandGelu(nn.Module):
         self.gate = nn.Parameter(torch.full((width,), 0.5))
 
     def forward(self, x):
-        y = x * torch.sigmoid(1.702 * x)  # QUICK GELU LINE
+        y = x * torch.sigmoid(1.702 * x)  # QUICK GELU LINE; expect: kernel-storm
         return x + self.gate * (y - x) * 0.5 + 0.01 * torch.tanh(y)
 
 

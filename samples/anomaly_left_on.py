@@ -18,3 +18,4 @@ def get_inputs():
 
 def get_optimizer(model):
     return torch.optim.Adam(model.parameters(), lr=1e-3)
+# expect anywhere: anomaly-detection

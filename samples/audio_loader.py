@@ -24,7 +24,7 @@ class AugmentedClips(Dataset):
     def __len__(self):
         return len(self.audio)
 
-    def __getitem__(self, index):
+    def __getitem__(self, index):  # expect: dataloader-workers, dataloader-pin-memory
         start = self.random.randrange(0, 4000)
         clip = self.audio[index, start:start + self.samples].clone()
         gain = 10 ** (self.random.uniform(-6, 6) / 20)

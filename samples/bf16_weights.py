@@ -15,3 +15,4 @@ def get_model():
 def get_inputs():
     torch.manual_seed(1)
     return torch.randn(128, 512, dtype=torch.bfloat16)
+# expect nothing

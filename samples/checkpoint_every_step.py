@@ -23,7 +23,7 @@ class SelfSaving(nn.Module):
     def forward(self, x):
         self.calls += 1
         if self.calls % self.every == 0:
-            torch.save(self.state_dict(), CHECKPOINT)  # synchronous, inside the step
+            torch.save(self.state_dict(), CHECKPOINT)  # synchronous, inside the step; expect: checkpoint-in-step
         return self.body(x)
 
 
@@ -45,3 +45,4 @@ def get_optimizer(model):
 def _remove_checkpoint() -> None:  # each audit or verification process writes its own
     if os.path.exists(CHECKPOINT):
         os.remove(CHECKPOINT)
+# expect anywhere: graph-breaks

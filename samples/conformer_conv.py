@@ -17,9 +17,9 @@ class ConvModule(nn.Module):
 
     def forward(self, x):  # x: (batch, time, channels)
         y = torch.relu(self.pointwise(x))
-        y = y.transpose(1, 2).contiguous()  # (B, T, C) -> (B, C, T) copy for Conv1d
+        y = y.transpose(1, 2).contiguous()  # (B, T, C) -> (B, C, T) copy for Conv1d; expect: non-contiguous
         y = self.depthwise(y)
-        y = y.transpose(1, 2).contiguous()  # and back: another copy
+        y = y.transpose(1, 2).contiguous()  # and back: another copy; expect: non-contiguous
         return x + self.out(y)
 
 
@@ -31,3 +31,4 @@ def get_model():
 def get_inputs():
     torch.manual_seed(1)
     return torch.randn(8, 1024, 64)
+# expect anywhere: missing-amp

@@ -35,3 +35,4 @@ def get_model():
 def get_inputs():
     torch.manual_seed(1)
     return torch.randn(1, 512, 64)
+# expect anywhere: tensor-creation-in-step

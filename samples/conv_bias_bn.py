@@ -16,3 +16,4 @@ def get_model():
 def get_inputs():
     torch.manual_seed(1)
     return torch.randn(8, 3, 32, 32)
+# expect anywhere: conv-bias-before-bn, channels-last

@@ -16,3 +16,4 @@ def get_model():
 def get_inputs():
     torch.manual_seed(1)
     return torch.randn(32, 64)
+# expect anywhere: dataparallel

@@ -18,7 +18,7 @@ class BlurredImages(Dataset):
     def __len__(self):
         return len(self.images)
 
-    def __getitem__(self, index):
+    def __getitem__(self, index):  # expect: dataloader-workers, dataloader-pin-memory
         image = self.images[index]
         spectrum = torch.fft.rfft2(image)  # "decode + augment": real CPU work per sample
         for _ in range(4):
@@ -42,3 +42,4 @@ def get_inputs():
 
 def get_optimizer(model):
     return torch.optim.SGD(model.parameters(), lr=0.01)
+# expect anywhere: channels-last

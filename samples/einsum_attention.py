@@ -26,7 +26,7 @@ class SelfAttention(nn.Module):
         q, k, v = (t.view(B, T, self.heads, C // self.heads).transpose(1, 2) for t in self.qkv(x).split(C, dim=2))
         q = q / math.sqrt(C // self.heads)  # scaled before the product
         scores = torch.einsum("bhqd,bhkd->bhqk", q, k) + additive_mask
-        weights = F.dropout(scores.softmax(dim=-1), p=self.dropout, training=self.training)  # SOFTMAX LINE
+        weights = F.dropout(scores.softmax(dim=-1), p=self.dropout, training=self.training)  # SOFTMAX LINE; expect: manual-attention
         y = torch.einsum("bhqk,bhkd->bhqd", weights, v)
         return self.out(y.transpose(1, 2).reshape(B, T, C))
 
@@ -54,3 +54,4 @@ def get_inputs():
     lengths = torch.randint(160, 257, (4,), generator=generator)
     attention_mask = (torch.arange(256)[None, :] < lengths[:, None]).long()  # right padding
     return torch.randn(4, 256, 128, generator=generator), attention_mask
+# expect anywhere: missing-amp

@@ -17,7 +17,7 @@ class Tower(nn.Module):
     def forward(self, x):
         for layer in self.layers:
             x = torch.relu(layer(x))
-            torch.cuda.empty_cache()  # frees the cache the next layer needs again
+            torch.cuda.empty_cache()  # frees the cache the next layer needs again; expect: empty-cache
         return x
 
 

@@ -23,3 +23,4 @@ def get_model():
 def get_inputs():
     torch.manual_seed(1)
     return torch.randn(32, 64)
+# expect anywhere: train-mode-inference

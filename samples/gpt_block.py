@@ -77,3 +77,4 @@ def get_optimizer(model):
 
 def loss_fn(logits, idx):
     return F.cross_entropy(logits[:, :-1].reshape(-1, logits.size(-1)), idx[:, 1:].reshape(-1))
+# expect anywhere: missing-amp, optimizer-foreach

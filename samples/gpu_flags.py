@@ -23,3 +23,5 @@ def get_model():
 def get_inputs():
     torch.manual_seed(1)
     return torch.randn(8, 3, 32, 32)
+# expect anywhere: channels-last
+# expect on cuda: cudnn-benchmark, tf32-disabled, deterministic-algorithms

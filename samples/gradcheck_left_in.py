@@ -29,7 +29,7 @@ class Net(nn.Module):
         self.probe = torch.randn(4, 3, dtype=torch.float64, requires_grad=True)
 
     def forward(self, x):
-        torch.autograd.gradcheck(SquarePlus.apply, (self.probe,))  # debugging left in the step
+        torch.autograd.gradcheck(SquarePlus.apply, (self.probe,))  # debugging left in the step; expect: debug-apis, host-sync, kernel-storm
         return self.fc2(SquarePlus.apply(self.fc1(x)))
 
 

@@ -20,7 +20,7 @@ def eager_attention_forward(module, query, key, value):
     mask_value = torch.full([], torch.finfo(attn_weights.dtype).min, dtype=attn_weights.dtype,
                             device=attn_weights.device)
     attn_weights = torch.where(causal_mask, attn_weights.to(attn_weights.dtype), mask_value)
-    attn_weights = nn.functional.softmax(attn_weights, dim=-1)  # SOFTMAX LINE
+    attn_weights = nn.functional.softmax(attn_weights, dim=-1)  # SOFTMAX LINE; expect: manual-attention
     attn_weights = attn_weights.type(value.dtype)
     attn_weights = module.attn_dropout(attn_weights)
     return torch.matmul(attn_weights, value)

@@ -16,9 +16,9 @@ class GatedBlock(nn.Module):
 
     def forward(self, x):
         scores = torch.sigmoid(self.gate(x))
-        if scores.mean().item() > 0.5:  # host sync: the branch needs the value on the host
+        if scores.mean().item() > 0.5:  # host sync: the branch needs the value on the host; expect: host-sync
             x = x * 1.5
-        active = x[scores.squeeze(-1) > 0.3]  # host sync: boolean mask -> data-dependent size
+        active = x[scores.squeeze(-1) > 0.3]  # host sync: boolean mask -> data-dependent size; expect: host-sync
         return x + self.proj(x).mean() + active.sum()
 
 
@@ -41,3 +41,4 @@ def get_model():
 def get_inputs():
     torch.manual_seed(1)
     return torch.randn(32, 64)
+# expect anywhere: graph-breaks

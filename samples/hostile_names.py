@@ -42,3 +42,4 @@ def get_model():
 
 def get_inputs():
     return torch.randn(64, 128, generator=torch.Generator().manual_seed(1))
+# expect nothing

@@ -20,10 +20,10 @@ class LoopCell(nn.Module):
         c = x.new_zeros(batch, width)
         projected = self.inp(x)
         for t in range(steps):  # one tiny op chain per time step
-            gates = projected[:, t] + self.rec(h)
+            gates = projected[:, t] + self.rec(h)  # expect: kernel-storm
             i, f, g, o = gates.chunk(4, dim=-1)
             i, f, o = torch.sigmoid(i), torch.sigmoid(f), torch.sigmoid(o)
-            c = f * c + i * torch.tanh(g)
+            c = f * c + i * torch.tanh(g)  # expect: kernel-storm
             h = o * torch.tanh(c)
         return h
 

@@ -24,7 +24,7 @@ class JitteredFeatures(Dataset):
     def __len__(self):
         return len(self.features)
 
-    def __getitem__(self, index):
+    def __getitem__(self, index):  # expect: dataloader-workers
         jitter = torch.tensor([self.random.gauss(0.0, 0.05) for _ in range(self.features.shape[1])])
         return self.features[index] + jitter, self.labels[index]
 

@@ -29,7 +29,7 @@ class CausalSelfAttention(nn.Module):
         v = v.view(B, T, self.heads, C // self.heads).transpose(1, 2)
         att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
         att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float("-inf"))
-        att = F.softmax(att, dim=-1)
+        att = F.softmax(att, dim=-1)  # expect: manual-attention
         att = self.dropout(att)
         y = att @ v
         y = y.transpose(1, 2).contiguous().view(B, T, C)
@@ -44,3 +44,4 @@ def get_model():
 def get_inputs():
     torch.manual_seed(1)
     return torch.randn(4, 256, 128)
+# expect anywhere: non-contiguous

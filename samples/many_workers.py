@@ -23,3 +23,4 @@ def get_inputs():
 
 def get_optimizer(model):
     return torch.optim.SGD(model.parameters(), lr=0.1)
+# expect anywhere: dataloader-too-many-workers, dataloader-workers

@@ -16,3 +16,5 @@ def get_model():
 def get_inputs():
     torch.manual_seed(1)
     return torch.randn(128, 256, dtype=torch.bfloat16)
+# expect nothing
+# expect on cuda: misaligned-dims

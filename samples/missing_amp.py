@@ -15,7 +15,7 @@ class FeedForward(nn.Module):
         self.down = nn.Linear(4 * width, width)
 
     def forward(self, x):
-        return x + self.down(torch.relu(self.up(x)))
+        return x + self.down(torch.relu(self.up(x)))  # expect: missing-amp
 
 
 def get_model():

@@ -33,9 +33,9 @@ class CollapsedMoE(nn.Module):
         choice = self.gate(x).argmax(dim=-1)
         out = torch.zeros_like(x)
         for index, expert in enumerate(self.experts):
-            rows = (choice == index).nonzero(as_tuple=True)[0]
+            rows = (choice == index).nonzero(as_tuple=True)[0]  # expect: host-sync
             if rows.numel():  # DISPATCH LINE
-                out[rows] = expert(x[rows])
+                out[rows] = expert(x[rows])  # expect: moe-imbalance
         return out
 
 

@@ -19,7 +19,7 @@ class Expert(nn.Module):
 
     def forward(self, x):
         hidden = F.gelu(self.up(x))
-        kept = hidden.clone()  # never modified in place: a copy for nothing
+        kept = hidden.clone()  # never modified in place: a copy for nothing; expect: redundant-copy
         return self.down(kept)
 
 
@@ -35,7 +35,7 @@ class EagerDispatchMoE(nn.Module):
         choice = weights.argmax(dim=-1)
         out = torch.zeros_like(x)
         for index, expert in enumerate(self.experts):
-            rows = (choice == index).nonzero().squeeze(-1)
+            rows = (choice == index).nonzero().squeeze(-1)  # expect: host-sync
             if rows.numel():
                 out[rows] = weights[rows, index, None] * expert(x[rows])
         return out
@@ -48,3 +48,4 @@ def get_model():
 
 def get_inputs():
     return torch.randn(512, 128, generator=torch.Generator().manual_seed(1))
+# expect anywhere: missing-amp

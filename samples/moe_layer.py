@@ -37,7 +37,7 @@ class SparseMoE(nn.Module):
         out = torch.zeros_like(tokens)
         mask = F.one_hot(selected, num_classes=len(self.experts)).permute(2, 1, 0)
         for index, expert in enumerate(self.experts):
-            slot, token = torch.where(mask[index])  # data-dependent size: a host sync per expert
+            slot, token = torch.where(mask[index])  # data-dependent size: a host sync per expert; expect: host-sync
             if token.numel() == 0:
                 continue
             routed = expert(tokens[token]) * weights[token, slot, None]

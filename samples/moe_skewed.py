@@ -32,7 +32,7 @@ class TopOneMoE(nn.Module):
         choice = self.router(x).argmax(dim=-1)
         out = torch.zeros_like(x)
         for index, expert in enumerate(self.experts):
-            rows = (choice == index).nonzero(as_tuple=True)[0]
+            rows = (choice == index).nonzero(as_tuple=True)[0]  # expect: host-sync
             out[rows] = expert(x[rows])
         return out
 
@@ -52,3 +52,4 @@ def get_model():
 
 def get_inputs():
     return (_tokens()[:128],)
+# expect anywhere: moe-imbalance

@@ -17,9 +17,9 @@ class ShuffleBlock(nn.Module):
 
     def forward(self, x):
         y = self.dw(x)
-        y = y.permute(0, 2, 3, 1).contiguous()  # NCHW -> NHWC copy
+        y = y.permute(0, 2, 3, 1).contiguous()  # NCHW -> NHWC copy; expect: non-contiguous
         y = self.mix(self.norm(y))
-        y = y.permute(0, 3, 1, 2).contiguous()  # and back: another copy
+        y = y.permute(0, 3, 1, 2).contiguous()  # and back: another copy; expect: non-contiguous
         return x + y
 
 
@@ -40,3 +40,4 @@ def get_model():
 def get_inputs():
     torch.manual_seed(1)
     return torch.randn(8, 32, 32, 32)
+# expect anywhere: channels-last

@@ -20,3 +20,4 @@ def get_model():
 def get_inputs():
     torch.manual_seed(1)
     return torch.randn(64, 512)
+# expect anywhere: cpu-threads, missing-amp

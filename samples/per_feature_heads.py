@@ -25,7 +25,7 @@ class PerFeatureModel(nn.Module):
         self.heads = nn.ModuleList(FeatureHead() for _ in range(features))
 
     def forward(self, x):
-        outputs = [head(x[:, i:i + 1]) for i, head in enumerate(self.heads)]  # one small op chain per feature
+        outputs = [head(x[:, i:i + 1]) for i, head in enumerate(self.heads)]  # one small op chain per feature; expect: kernel-storm
         return torch.cat(outputs, dim=1).sum(dim=1)
 
 

@@ -21,3 +21,4 @@ def get_inputs():
 
 def get_optimizer(model):
     return torch.optim.Adam(model.parameters(), lr=1e-3, foreach=False)
+# expect anywhere: optimizer-foreach, kernel-storm

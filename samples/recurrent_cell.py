@@ -27,7 +27,7 @@ class LoopGRU(nn.Module):
             r = torch.sigmoid(r_i + r_h)
             z = torch.sigmoid(z_i + z_h)
             n = torch.tanh(n_i + r * n_h)
-            h = (1 - z) * n + z * h  # BLEND LINE: four ops per time step, the most of any line
+            h = (1 - z) * n + z * h  # BLEND LINE: four ops per time step, the most of any line; expect: kernel-storm
         return self.head(h)
 
 

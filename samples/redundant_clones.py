@@ -30,3 +30,4 @@ def get_model():
 def get_inputs():
     torch.manual_seed(1)
     return torch.randn(8, 64, 256)
+# expect anywhere: redundant-copy, missing-amp

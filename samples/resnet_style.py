@@ -20,7 +20,7 @@ class BasicBlock(nn.Module):
             self.shortcut = nn.Sequential(nn.Conv2d(inputs, outputs, 1, stride=stride, bias=False), nn.BatchNorm2d(outputs))
 
     def forward(self, x):
-        out = torch.relu(self.bn1(self.conv1(x)))
+        out = torch.relu(self.bn1(self.conv1(x)))  # expect: missing-amp
         out = self.bn2(self.conv2(out))
         return torch.relu(out + self.shortcut(x))
 
@@ -55,3 +55,4 @@ def get_optimizer(model):
 
 def loss_fn(logits, images):
     return logits.logsumexp(-1).mean()
+# expect anywhere: channels-last, optimizer-foreach

@@ -34,3 +34,4 @@ def get_optimizer(model):
 
 def loss_fn(output, batch):
     return output.logsumexp(dim=-1).mean()
+# expect nothing

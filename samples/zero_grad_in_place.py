@@ -29,7 +29,7 @@ def train(steps: int = 100):
         loss = model(get_inputs()).logsumexp(-1).mean()
         loss.backward()
         optimizer.step()
-        optimizer.zero_grad(set_to_none=False)  # writes zeros over every gradient each step
+        optimizer.zero_grad(set_to_none=False)  # writes zeros over every gradient each step; expect: zero-grad
 
 
 if __name__ == "__main__":

@@ -164,3 +164,22 @@ def _torch_threads_restored():
     threads = torch.get_num_threads()
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture(autouse=True)
+def _fast_tests_run_no_model(request, monkeypatch):
+    """The fast tier reads saved evidence: a test not marked slow that starts a live audit fails here."""
+    if request.node.get_closest_marker("slow") is not None:
+        return
+
+    def refused(*args, **kwargs):
+        raise AssertionError(f"{request.node.nodeid} runs a live model but is not marked slow")
+    import advisor.commands.audit
+    import advisor.commands.ready
+    import advisor.commands.run
+    import advisor.sandbox.inline
+
+    monkeypatch.setattr(advisor.commands.audit, "run_capture", refused)
+    monkeypatch.setattr(advisor.commands.ready, "run_capture", refused)
+    monkeypatch.setattr(advisor.commands.run, "launch", refused)
+    monkeypatch.setattr(advisor.sandbox.inline, "run_stages", refused)

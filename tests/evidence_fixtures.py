@@ -14,7 +14,9 @@ import functools
 import gzip
 import json
 import os
+import re
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from advisor.evidence import Evidence
@@ -89,3 +91,54 @@ def _write(path: Path, text: str) -> None:
     text = text.replace(_json_path(ROOT), PLACEHOLDER)
     with gzip.open(path, "wt", encoding="utf-8", compresslevel=9) as handle:
         handle.write(text)
+
+
+# --- what each sample must make advisor say, written in the sample itself ------------------------------
+# ``# expect: slug[, slug]`` on a line: the rule fires and points at that line; ``# expect anywhere: slug``,
+# ``# expect on cuda: slug`` (when the evidence is replayed as a CUDA run), ``# expect under torchrun: slug``
+# (a script's torchrun job) and ``# expect nothing`` at the end of the file. A new sample (or a new rule's
+# positive and negative samples) is collected by the tests as it is written: no list to keep by hand.
+_EXPECT = re.compile(r"#.*?\bexpect(?P<where> anywhere| on cuda| under torchrun)?:\s*(?P<slugs>[a-z0-9-]+(?:,\s*[a-z0-9-]+)*)")
+
+
+@dataclass
+class Expected:
+    lines: dict[str, set[int]] = field(default_factory=dict)  # slug -> lines it must point at
+    anywhere: set[str] = field(default_factory=set)
+    on_cuda: set[str] = field(default_factory=set)
+    under_torchrun: set[str] = field(default_factory=set)
+    nothing: bool = False
+
+    @property
+    def fires(self) -> set[str]:
+        """Every rule that fires on the sample's own (CPU) evidence."""
+        return set(self.lines) | self.anywhere
+
+
+def expected(path: Path) -> Expected:
+    found = Expected()
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if line.strip() == "# expect nothing":
+            found.nothing = True
+        for match in _EXPECT.finditer(line):
+            slugs = [s.strip() for s in match.group("slugs").split(",")]
+            where = (match.group("where") or "").strip()
+            if where == "anywhere":
+                found.anywhere.update(slugs)
+            elif where == "on cuda":
+                found.on_cuda.update(slugs)
+            elif where == "under torchrun":
+                found.under_torchrun.update(slugs)
+            else:
+                for slug in slugs:
+                    found.lines.setdefault(slug, set()).add(number)
+    return found
+
+
+def annotated_samples() -> dict[str, Expected]:
+    """Every model-file sample and what it expects."""
+    return {path.stem: expected(path) for path in sorted((ROOT / "samples").glob("*.py"))}
+
+
+def annotated_scripts() -> dict[str, Expected]:
+    return {path.stem: expected(path) for path in sorted((ROOT / "samples" / "scripts").glob("*.py"))}

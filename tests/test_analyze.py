@@ -17,6 +17,17 @@ from advisor.trace.ranks import RankTrace
 from conftest import shared_trace
 
 CUDA_SLUGS = {"pageable-memcpy", "sync-memcpy", "host-sync"}
+# the positives of the rules that read GPU traces only: real traces recorded elsewhere (../shared/traces/hta)
+SHARED_TRACE_POSITIVES = {
+    "critical_path/alexnet/benchmark_result_2869224_1695835535_trace.json.gz": {"pageable-memcpy", "sync-memcpy"},
+    "nccl_parser_config/nccl_data.json.gz": {"gpu-idle"},
+    "with_gpu_user_annotation/step_based_trace_2543932.json.gz": {"fusion-candidates"},
+}
+
+
+@pytest.mark.parametrize("trace", sorted(SHARED_TRACE_POSITIVES))
+def test_the_shared_gpu_traces_fire_their_rules(trace):
+    assert SHARED_TRACE_POSITIVES[trace] <= set(_findings(trace))
 
 
 def _findings(relative: str) -> dict:

@@ -10,61 +10,18 @@ rules also on the real GPU traces in ../shared (tests/test_analyze.py, tests/tes
 from __future__ import annotations
 
 import pytest
-from evidence_fixtures import recorded_samples, saved_evidence
+from evidence_fixtures import annotated_samples, annotated_scripts, recorded_samples, saved_evidence
 
 from advisor.evidence import DataLoaderInfo
 from advisor.rulekit.engine import RuleConfig, load_rules
 from advisor.rulekit.rule import Severity
-from conftest import SAMPLES, as_cuda, as_device, line_of
+from conftest import SAMPLES, as_cuda, as_device
 
 RULES = RuleConfig.load()
 
-# sample -> every rule that fires on its saved evidence -> markers of lines it must point at.
-EXPECTED: dict[str, dict[str, list[str]]] = {
-    "activation_chain": {"kernel-storm": ["QUICK GELU LINE"]},
-    "anomaly_left_on": {"anomaly-detection": []},
-    "audio_loader": {"dataloader-workers": ["def __getitem__"], "dataloader-pin-memory": ["def __getitem__"]},
-    "bf16_weights": {},
-    "checkpoint_every_step": {"checkpoint-in-step": ["torch.save("], "graph-breaks": []},
-    "clean_mlp": {},
-    "conformer_conv": {"non-contiguous": ["(B, T, C) -> (B, C, T) copy", "and back: another copy"],
-                       "missing-amp": []},
-    "constant_masks": {"tensor-creation-in-step": []},
-    "conv_bias_bn": {"conv-bias-before-bn": [], "channels-last": []},
-    "data_parallel": {"dataparallel": []},
-    "dataloader_workers": {"dataloader-workers": ["def __getitem__"], "dataloader-pin-memory": ["def __getitem__"],
-                           "channels-last": []},
-    "einsum_attention": {"manual-attention": ["SOFTMAX LINE"], "missing-amp": []},
-    "empty_cache_step": {"empty-cache": ["frees the cache the next layer needs"]},
-    "forgot_eval": {"train-mode-inference": []},
-    "gpt_block": {"missing-amp": [], "optimizer-foreach": []},
-    "gpu_flags": {"channels-last": []},
-    "gradcheck_left_in": {"debug-apis": ["gradcheck("], "host-sync": ["gradcheck("], "kernel-storm": ["gradcheck("]},
-    "hf_eager_attention": {"manual-attention": ["SOFTMAX LINE"]},
-    "hostile_names": {},
-    "host_sync": {"host-sync": [".item() > 0.5", "scores.squeeze(-1) > 0.3"], "graph-breaks": []},
-    "kernel_storm": {"kernel-storm": ["c = f * c + i * torch.tanh(g)", "gates = projected[:, t]"]},
-    "labelled_loader": {"dataloader-workers": ["def __getitem__"]},
-    "manual_attention": {"manual-attention": ["F.softmax(att"], "non-contiguous": []},
-    "many_workers": {"dataloader-too-many-workers": [], "dataloader-workers": []},
-    "misaligned_head": {},
-    "missing_amp": {"missing-amp": ["self.down(torch.relu(self.up(x)))"]},
-    "moe_collapsed": {"host-sync": ["nonzero(as_tuple=True)"], "moe-imbalance": ["out[rows] = expert(x[rows])"]},
-    "moe_eager_dispatch": {"host-sync": [".nonzero()"], "missing-amp": [], "redundant-copy": ["a copy for nothing"]},
-    "moe_layer": {"host-sync": ["torch.where(mask[index])"]},
-    "moe_skewed": {"host-sync": ["nonzero(as_tuple=True)"], "moe-imbalance": []},
-    "non_contiguous": {"non-contiguous": ["NCHW -> NHWC copy", "and back: another copy"], "channels-last": []},
-    "oversubscribed_threads": {"cpu-threads": [], "missing-amp": []},
-    "per_feature_heads": {"kernel-storm": ["one small op chain per feature"]},
-    "per_tensor_adam": {"optimizer-foreach": [], "kernel-storm": []},  # the single-tensor optimizer's ops
-    "recurrent_cell": {"kernel-storm": ["BLEND LINE"]},
-    "redundant_clones": {"redundant-copy": [], "missing-amp": []},
-    # non-contiguous is borderline here (4.5-22% of the step across runs, around its 5%): not in this recording
-    "resnet_style": {"missing-amp": ["self.conv1(x)"], "channels-last": [], "optimizer-foreach": []},
-    "train_with_loader": {},
-    "zero_grad_in_place": {"zero-grad": ["writes zeros over every gradient"]},
-}
-HEALTHY = ("clean_mlp", "bf16_weights", "train_with_loader", "hostile_names")
+# what each sample must make advisor say, written in the sample itself (``# expect: slug`` at its line)
+EXPECTED = annotated_samples()
+HEALTHY = tuple(sample for sample, expect in EXPECTED.items() if expect.nothing and not expect.on_cuda)
 
 
 def findings(evidence):
@@ -81,29 +38,37 @@ def only(evidence, slug: str):
     return found[0]
 
 
-def test_every_sample_has_saved_evidence_and_an_expectation():
-    samples = {p.stem for p in SAMPLES.glob("*.py")}
-    assert set(recorded_samples()) == samples == set(EXPECTED)
+def test_every_sample_has_saved_evidence_and_says_what_it_expects():
+    assert set(recorded_samples()) == set(EXPECTED)
+    silent = [sample for sample, expect in EXPECTED.items() if not (expect.fires or expect.nothing or expect.on_cuda)]
+    assert silent == [], "a sample says neither '# expect: slug' nor '# expect nothing'"
 
 
 @pytest.mark.parametrize("sample", sorted(EXPECTED))
 def test_each_sample_fires_exactly_its_rules_at_its_lines(sample):
-    evidence = saved_evidence(sample)
-    result = findings(evidence)
-    assert {f.slug for f in result} == set(EXPECTED[sample]), [f.message for f in result]
+    result = findings(saved_evidence(sample))
+    expect = EXPECTED[sample]
+    assert {f.slug for f in result} == expect.fires, [f.message for f in result]
     path = SAMPLES / f"{sample}.py"
-    for slug, markers in EXPECTED[sample].items():
-        lines = {loc.line for f in result if f.slug == slug for loc in f.locations if loc.file == str(path)}
-        for marker in markers:
-            assert line_of(path, marker) in lines, f"{sample}/{slug}: no location at {marker!r} (got {lines})"
+    for slug, lines in expect.lines.items():
+        found = {loc.line for f in result if f.slug == slug for loc in f.locations if loc.file == str(path)}
+        assert lines <= found, f"{sample}/{slug}: expected at lines {sorted(lines)}, found at {sorted(found)}"
+
+
+@pytest.mark.parametrize("sample", sorted(s for s, expect in EXPECTED.items() if expect.on_cuda))
+def test_each_sample_replayed_on_a_gpu_fires_its_gpu_rules(sample):
+    assert EXPECTED[sample].on_cuda <= fired(as_cuda(saved_evidence(sample)))
 
 
 def test_every_rule_has_a_positive_and_a_negative_case():
-    positives = {slug for expected in EXPECTED.values() for slug in expected} | GPU_POSITIVES | TRACE_RULES | DDP_RULES
+    from test_analyze import SHARED_TRACE_POSITIVES
+
+    positives = set().union(*(e.fires | e.on_cuda for e in EXPECTED.values()),
+                            *(e.under_torchrun for e in annotated_scripts().values()),
+                            *SHARED_TRACE_POSITIVES.values())
     slugs = {rule.slug for rule in load_rules().rules}
-    assert len(slugs) == 36 and slugs <= positives, slugs - positives
-    for sample in HEALTHY:  # the negative control of every rule
-        assert EXPECTED[sample] == {}
+    assert slugs <= positives, f"rules with no positive fixture: {sorted(slugs - positives)}"
+    assert HEALTHY, "no sample is the negative control of every rule ('# expect nothing')"
 
 
 def test_findings_carry_ids_numbers_and_fixes():
@@ -119,12 +84,6 @@ def test_findings_carry_ids_numbers_and_fixes():
 
 
 # ---- device-aware rules: the same evidence, recorded as if on a GPU ------------------------------
-
-GPU_POSITIVES = {"cudnn-benchmark", "tf32-disabled", "deterministic-algorithms", "misaligned-dims"}
-TRACE_RULES = {"pageable-memcpy", "sync-memcpy", "gpu-idle", "fusion-candidates", "comm-overlap", "straggler"}
-# torchrun jobs' rules: positive and negative cases over DDP evidence in test_ddp_rules.py, live in test_run_torchrun.py
-DDP_RULES = {"find-unused-parameters", "no-sync-accumulation", "ddp-buckets"}
-
 
 def test_gpu_library_flags_are_silent_on_cpu_and_reported_on_a_gpu():
     evidence = saved_evidence("gpu_flags")

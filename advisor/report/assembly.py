@@ -32,7 +32,7 @@ def assemble_report(gathered: Gathered, rules: RuleConfig, verification: Verific
         ranks=evidence.rank_summaries,
     )
     if run_rules:
-        report.findings, problems = rules.run(evidence)
+        report.findings, problems = rules.run(evidence, report.rules)
         report.rule_problems += [RuleProblemRecord(source=p.source, message=p.message) for p in problems]
     report.performance = summarize_performance(evidence)
     if evidence.trace is not None:

@@ -14,7 +14,7 @@ from advisor.evidence import DataLoaderInfo, Environment, FlopCount, GraphBreak,
 from advisor.files.account import FilesRecord
 from advisor.records import Field, Record
 from advisor.report.readiness import Readiness
-from advisor.rulekit.rule import Finding, Layer, Verification
+from advisor.rulekit.rule import Finding, Layer, RuleRun, Verification
 
 SCHEMA_VERSION = "1.0"
 
@@ -116,6 +116,8 @@ class Report(Record):
     readiness: Readiness | None = Field(default=None, description="advisor ready's checks and latency table")
     ranks: list[RankSummary] = Field(default_factory=list, description="per rank of a torchrun job")
     files: FilesRecord | None = Field(default=None, description="what advisor's runs wrote, and where")
+    rules: list[RuleRun] = Field(default_factory=list, description="what each rule did: fired, silent (how near it "
+                                                                   "came), not run (and why)")
 
     def _repr_html_(self) -> str:
         """Jupyter shows the full HTML report inline."""

@@ -16,9 +16,10 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from advisor.evidence import Evidence
+from advisor.evidence import Evidence, Margin
 from advisor.rulekit import severity
-from advisor.rulekit.rule import Finding, Rule, Severity, Thresholds
+from advisor.rulekit.needs import missing
+from advisor.rulekit.rule import Finding, Rule, RuleRun, Severity, Thresholds
 from advisor.rulekit.thresholds import SettingError, setting_value
 from advisor.trace.gc_pause import gc_paused
 
@@ -159,8 +160,8 @@ class RuleConfig:
         ruleset = load_rules(rule_dirs)
         return cls(ruleset, parse_settings(ruleset, settings), check_disabled(ruleset, disabled))
 
-    def run(self, evidence: Evidence) -> tuple[list[Finding], list[RuleProblem]]:
-        return run_rules(self.ruleset, evidence, self.overrides, self.disabled)
+    def run(self, evidence: Evidence, runs: list[RuleRun] | None = None) -> tuple[list[Finding], list[RuleProblem]]:
+        return run_rules(self.ruleset, evidence, self.overrides, self.disabled, runs)
 
 
 def run_rules(
@@ -168,13 +169,21 @@ def run_rules(
     evidence: Evidence,
     overrides: dict[str, dict[str, float]] | None = None,
     disabled: set[str] | None = None,
+    runs: list[RuleRun] | None = None,
 ) -> tuple[list[Finding], list[RuleProblem]]:
+    """Every rule over the evidence. ``runs``, when given, receives what each rule did (fired, silent with
+    the margin it reported, not run and why)."""
     findings: list[Finding] = []
     problems: list[RuleProblem] = []
+    runs = runs if runs is not None else []
     scale = Thresholds.resolve(severity.SCALE_THRESHOLDS, (overrides or {}).get(severity.SCALE))
     with gc_paused():  # rules allocate many small acyclic objects next to a large live trace
         for rule in ruleset.rules:
             if disabled and rule.slug in disabled:
+                runs.append(RuleRun(slug=rule.slug, status="disabled", why="--disable"))
+                continue
+            if (lacking := missing(rule.needs, evidence)) is not None:
+                runs.append(RuleRun(slug=rule.slug, status="not run", why=lacking))
                 continue
             thresholds = thresholds_for(rule, overrides or {})
             try:
@@ -183,15 +192,27 @@ def run_rules(
                 problems.append(RuleProblem(
                     rule.slug, f"raised {type(broken).__name__}: {broken}; its findings are missing",
                     "".join(traceback.format_exception(broken))))
+                runs.append(RuleRun(slug=rule.slug, status="not run", why=f"it raised {type(broken).__name__}"))
                 continue
-            for finding in produced:
-                findings.append(finding.model_copy(update={
-                    "slug": rule.slug, "code": rule.code, "title": rule.title, "layer": rule.layer,
-                    "severity": severity.decide(rule, finding, thresholds, scale),
-                }))
+            margins = [item for item in produced if isinstance(item, Margin)]
+            mine = [item for item in produced if isinstance(item, Finding)]
+            findings += [_stamped(rule, finding, thresholds, scale, margins[-1] if margins else None) for finding in mine]
+            runs.append(RuleRun(slug=rule.slug, status="fired" if mine else "silent",
+                                margin=margins[-1] if margins else next((f.margin for f in mine if f.margin), None)))
     findings.sort(key=_order)
     assign_ids(findings)
     return findings, problems
+
+
+def _stamped(rule: Rule, finding: Finding, thresholds: Thresholds, scale: Thresholds, margin: Margin | None) -> Finding:
+    """A rule's finding as the report holds it: who saw it, its severity decided, its fix's example."""
+    fix = finding.fix
+    if fix is not None and not (fix.before or fix.after):
+        fix = fix.model_copy(update={"before": rule.docs.before, "after": rule.docs.after})
+    return finding.model_copy(update={
+        "slug": rule.slug, "code": rule.code, "title": rule.title, "layer": rule.layer, "fix": fix,
+        "severity": severity.decide(rule, finding, thresholds, scale), "margin": finding.margin or margin,
+    })
 
 
 def assign_ids(findings: list[Finding]) -> None:

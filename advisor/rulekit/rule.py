@@ -17,6 +17,7 @@ Rules read evidence; they never run the model.
 from __future__ import annotations
 
 import enum
+import functools
 import inspect
 import re
 import sys
@@ -25,11 +26,13 @@ from typing import Any, Callable, Iterator, Literal
 
 from advisor.evidence import Location, Margin
 from advisor.records import Field, Record
+from advisor.rulekit.docs import RuleDoc, parse_doc
+from advisor.rulekit.needs import NEEDS, unknown
 from advisor.rulekit.severity import Severity
 from advisor.rulekit.thresholds import Threshold, Thresholds
 
 __all__ = ["Finding", "Fix", "Layer", "Location", "Margin", "NotVerifiable", "Rule", "Severity", "Threshold", "Thresholds",
-           "Verification", "rule"]
+           "RuleRun", "Verification", "rule"]
 
 
 class Layer(str, enum.Enum):
@@ -84,6 +87,16 @@ class Verification(Record):
     @property
     def rejected(self) -> bool:
         return self.status in ("slower", "numerics-failed", "fix-failed")
+
+
+class RuleRun(Record):
+    """What one rule did on one run: fired, stayed silent (and how near its threshold it came), or was not
+    run (the evidence it needs is missing, or it was disabled)."""
+
+    slug: str
+    status: Literal["fired", "silent", "not run", "disabled"]
+    why: str = ""
+    margin: Margin | None = None
 
 
 class Finding(Record):
@@ -157,11 +170,15 @@ class Rule:
     source: str = ""
     fix_spec: FixSpec | None = None
     high_at: str = ""  # the threshold on the finding's measured share from which it is HIGH (else MEDIUM)
+    needs: tuple[str, ...] = ()  # the evidence it reads (advisor.rulekit.needs): not run without it
+
+    @functools.cached_property
+    def docs(self) -> RuleDoc:
+        return parse_doc(self.doc)
 
     @property
     def title(self) -> str:
-        first = self.doc.strip().splitlines()[0] if self.doc.strip() else self.slug
-        return first.strip().rstrip(".")
+        return self.docs.title or self.slug
 
     def fix(self, fn: Callable[..., Any] | None = None, *, tolerance: float = 1e-5, what: str = "",
             needs_cuda: str = "", expected: Callable[[Any], str | None] | None = None):
@@ -203,10 +220,14 @@ def rule(
     severity: Severity = Severity.MEDIUM,
     thresholds: dict[str, Threshold] | None = None,
     high_at: str = "",
+    needs: tuple[str, ...] = (),
 ) -> Callable[[CheckFn], Rule]:
     """Declare a rule. The module's docstring is its documentation. ``severity`` is the default;
     ``high_at`` names the threshold on a finding's measured share from which it is HIGH (MEDIUM below);
-    the engine decides every finding's severity from these (``advisor.rulekit.severity``)."""
+    the engine decides every finding's severity from these (``advisor.rulekit.severity``). ``needs`` names
+    the evidence the rule reads (``advisor.rulekit.needs``); where it is missing the rule is not run and
+    the report says why. A check may yield the Margin it held against its threshold before deciding,
+    so a silent rule still reports how near it came."""
 
     def register(check: CheckFn) -> Rule:
         module = sys.modules.get(check.__module__)
@@ -215,6 +236,8 @@ def rule(
         _validate(slug, code, layer, severity, thresholds or {}, check, doc)
         if high_at and high_at not in (thresholds or {}):
             raise RuleDefinitionError(f"rule {slug}: high_at={high_at!r} names no threshold of the rule")
+        if bad := unknown(tuple(needs)):
+            raise RuleDefinitionError(f"rule {slug}: needs names unknown evidence {bad} (known: {sorted(NEEDS)})")
         return Rule(
             slug=slug,
             code=code,
@@ -225,6 +248,7 @@ def rule(
             doc=doc,
             source=source,
             high_at=high_at,
+            needs=tuple(needs),
         )
 
     return register

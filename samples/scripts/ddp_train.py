@@ -52,3 +52,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+# expect under torchrun: find-unused-parameters, no-sync-accumulation, ddp-buckets, straggler, comm-overlap

@@ -1,0 +1,32 @@
+"""The evidence a rule needs, named once: a rule declares what it reads (``@rule(needs=("trace",))``), and
+the engine does not run it where that evidence is missing, saying why the rule was silent."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+NEEDS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "graph": (lambda ev: ev.graph is not None, "no graph was captured"),
+    "trace": (lambda ev: ev.trace is not None, "no profiler trace was recorded"),
+    "timing": (lambda ev: ev.timing is not None, "the step was not timed"),
+    "flops": (lambda ev: ev.flops is not None, "the step's FLOPs were not counted"),
+    "data": (lambda ev: ev.data is not None, "no data loader was measured"),
+    "env": (lambda ev: ev.env is not None, "the environment was not recorded"),
+    "ddp": (lambda ev: ev.ddp is not None, "no DistributedDataParallel model was seen (a torchrun job)"),
+    "ranks": (lambda ev: len(ev.ranks) >= 2, "fewer than two ranks' traces"),
+    "cuda": (lambda ev: ev.on_cuda, "the run was not on a CUDA device, where what it judges costs time"),
+}
+
+
+def unknown(needs: tuple[str, ...]) -> list[str]:
+    return [part for need in needs for part in need.split("|") if part not in NEEDS]
+
+
+def missing(needs: tuple[str, ...], evidence: Any) -> str | None:
+    """Why ``evidence`` lacks what a rule needs (each need may offer alternatives: ``"graph|trace"``), or None."""
+    reasons = []
+    for need in needs:
+        options = need.split("|")
+        if not any(NEEDS[option][0](evidence) for option in options):
+            reasons.append(" and ".join(NEEDS[option][1] for option in options))
+    return "; ".join(reasons) or None
