@@ -3,10 +3,10 @@
 Inside one process a record is built by advisor's own code and read by rules and renderers; nothing
 there needs checking again. What crosses a file or a process (a saved report, the evidence a child
 wrote, a finding sent to the verification child) is validated by pydantic as it is read
-(``model_validate``, ``model_validate_json``), through a ``TypeAdapter`` built on first use. Records
-were pydantic models once: importing pydantic and building their validators cost about 110 ms and
-20 MB on every start, a quarter of ``advisor analyze``'s time on a trace of 30,000 events, which reads
-nothing it has to validate. The method names stayed, so callers read the same.
+(``model_validate``, ``model_validate_json``), through a ``TypeAdapter`` built on first use: importing
+pydantic and building validators for every record costs about 110 ms and 20 MB, a quarter of
+``advisor analyze``'s time on a trace of 30,000 events, which reads nothing it has to validate. The
+methods keep pydantic's names, so code reads the same either way.
 
 Written out (``model_dump``, ``model_dump_json``), a record is its fields as JSON: enums as their
 values, tuples as lists, non-finite floats as null (pydantic's convention, so a report reads back).
@@ -31,7 +31,7 @@ class Record:
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         # __init__, __repr__ and __eq__ are the base's: generating (compiling) them for each of ~50
-        # records cost 12 ms of every start, more than all the records' instances take to build
+        # records would cost 12 ms of every start, more than all the records' instances take to build
         dataclasses.dataclass(kw_only=True, init=False, repr=False, eq=False)(cls)
         cls._record_fields = tuple((f.name, f.default, f.default_factory) for f in dataclasses.fields(cls))
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
-import time
 
 import pytest
 
@@ -96,12 +95,9 @@ def test_no_step_within_the_timeout_names_step_marker_and_leaves_nothing_running
             for batch in loader:
                 time.sleep(0.2)
     """, name="waits.py")
-    began = time.monotonic()
-    result = _run(path, tmp_path / "out", timeout=8)
-    assert time.monotonic() - began < 30
+    result = _run(path, tmp_path / "out", timeout=8)  # it returns, however slow the machine: the script never stepped
     [error] = result.report.errors
     assert error.kind == "timeout" and "use --step-marker" in error.message
-    time.sleep(0.5)
     left = subprocess.run(["pgrep", "-f", str(path)], capture_output=True, text=True)
     assert left.stdout.strip() == ""  # the script and its loader workers are gone
 
