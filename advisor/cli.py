@@ -262,18 +262,18 @@ def _analyze(options: AnalyzeOptions, first_path: str, out_dir: str, chosen: tup
 @click.option("--html", "html_path", type=click.Path(dir_okay=False), help="Also write the diff as HTML here.")
 def diff(old_report, new_report, threshold, html_path) -> None:
     """Compare two JSON reports: step time, findings, readiness checks and latency (exit 1 on regression)."""
-    from advisor.report.compare import DiffInputError, diff_reports, load_report, render_text
-    from advisor.report.compare import render_html as render_diff_html
+    from advisor.commands.diff import DiffOptions, run_diff
+    from advisor.report.compare import DiffInputError
 
     try:
-        result = diff_reports(load_report(old_report), load_report(new_report), threshold)
+        result = run_diff(DiffOptions(old_report=old_report, new_report=new_report, threshold=threshold,
+                                      html_path=html_path))
     except DiffInputError as bad:
         _fail(str(bad))
-    click.echo(render_text(result))
-    if html_path:
-        with open(html_path, "w", encoding="utf-8") as handle:
-            handle.write(render_diff_html(result))
-    sys.exit(1 if result.regressed else 0)
+    except OSError as bad:
+        _fail(f"{html_path}: cannot write the HTML diff: {bad.strerror}")
+    click.echo(result.text)
+    sys.exit(result.exit_code)
 
 
 @cli.group(invoke_without_command=True)

@@ -31,6 +31,8 @@ MATMUL_FLOP_OPS = frozenset({
 })
 # Operators that exist to copy memory into a new layout.
 LAYOUT_COPY_OPS = frozenset({"aten::contiguous", "aten::clone", "aten::_reshape_copy", "aten::copy_"})
+# What the summary counts as copies and layout: those, conversions, and reshapes (which copy when they must)
+COPY_AND_LAYOUT_OPS = LAYOUT_COPY_OPS | {"aten::to", "aten::_to_copy", "aten::reshape"}
 COLLECTIVE_MARKERS = ("nccl", "rccl")  # ncclKernel_*, ncclDevKernel_*, and ROCm's RCCL
 LOW_PRECISION_TYPES = frozenset({"c10::BFloat16", "c10::Half", "BFloat16", "Half", "c10::Float8_e4m3fn",
                                  "c10::Float8_e5m2"})
@@ -59,6 +61,9 @@ def is_collective(kernel_name: str) -> bool:
 GRAPH_MATMULS = frozenset({"F.linear", "matmul", "torch.matmul", "bmm", "torch.bmm", "mm", "torch.mm", "addmm",
                            "torch.addmm", "baddbmm", "torch.baddbmm", "torch.einsum"})
 GRAPH_BIAS_FIRST = frozenset({"addmm", "torch.addmm", "baddbmm", "torch.baddbmm"})  # (bias, a, b)
+TRACE_BIAS_FIRST = frozenset({"aten::addmm", "aten::baddbmm"})  # the same in a trace
+# Graph targets whose output is always a fresh contiguous tensor: a .contiguous() after them copies nothing useful
+FRESH_CONTIGUOUS = GRAPH_MATMULS | {"torch.cat", "torch.stack", "F.layer_norm", "F.embedding", "contiguous"}
 REDUCED_DTYPES = frozenset({"bfloat16", "float16"})  # torch dtype names, as evidence records them
 
 
@@ -67,6 +72,10 @@ CONV_FUNCTIONS = frozenset({"F.conv1d", "F.conv2d", "F.conv3d", "F.conv_transpos
                             "F.conv_transpose3d", "torch.conv1d", "torch.conv2d", "torch.conv3d"})
 CONV_OPS = frozenset({"aten::convolution", "aten::cudnn_convolution", "aten::mkldnn_convolution",
                       "aten::_convolution", "aten::miopen_convolution"})
+# 2-D convolutions, the layers channels_last applies to: as modules, as ops, and all their work with the backward
+CONV_2D_MODULES = frozenset({"Conv2d", "ConvTranspose2d"})
+CONV_2D_OPS = frozenset({"aten::conv2d", "aten::conv_transpose2d"})
+CONV_WORK_OPS = CONV_OPS | CONV_2D_OPS | {"aten::convolution_backward"}
 
 
 # --- from misaligned_dims ------------------------------------------------------------

@@ -34,13 +34,10 @@ from __future__ import annotations
 from typing import Iterator
 
 from advisor.evidence import Evidence
-from advisor.opnames import CONV_OPS, REDUCED_DTYPES
+from advisor.opnames import CONV_2D_MODULES, CONV_WORK_OPS, REDUCED_DTYPES
 from advisor.rulekit.fixing import replace_target
 from advisor.rulekit.helpers import outermost
 from advisor.rulekit.rule import Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
-
-CONV_2D = ("Conv2d", "ConvTranspose2d")
-CONV_WORK = CONV_OPS | {"aten::convolution_backward", "aten::conv2d", "aten::conv_transpose2d"}
 
 
 @rule(
@@ -60,7 +57,7 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     nodes = {n.id: n for n in ev.graph.nodes}
     nchw = []
     for node in ev.graph.calls():
-        if node.module_type not in CONV_2D or not node.target.endswith(("conv2d", "conv_transpose2d")):
+        if node.module_type not in CONV_2D_MODULES or not node.target.endswith(("conv2d", "conv_transpose2d")):
             continue
         source = nodes.get(node.args[0]) if node.args else None
         if source is not None and source.shape and len(source.shape) == 4 and source.contiguous \
@@ -68,7 +65,7 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
             nchw.append(node)
     if not nchw:
         return  # no conv net, or already channels_last
-    conv_us = ev.trace.median_per_step(outermost(ev.trace, CONV_WORK))
+    conv_us = ev.trace.median_per_step(outermost(ev.trace, CONV_WORK_OPS))
     share = ev.share_of_step(conv_us)
     if share is None:
         return

@@ -33,7 +33,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from advisor.evidence import Evidence
-from advisor.opnames import GRAPH_BIAS_FIRST, GRAPH_MATMULS, LOW_PRECISION_TYPES, REDUCED_DTYPES, TRACE_MATMULS
+from advisor.opnames import GRAPH_BIAS_FIRST, GRAPH_MATMULS, LOW_PRECISION_TYPES, REDUCED_DTYPES, TRACE_BIAS_FIRST, TRACE_MATMULS
 from advisor.rulekit.rule import Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
 
 
@@ -105,7 +105,7 @@ def _from_trace(ev: Evidence, th: Thresholds) -> list[tuple]:
     for op in ev.trace.step_ops():
         if op.name not in TRACE_MATMULS or not op.input_types or op.input_types[0] not in LOW_PRECISION_TYPES:
             continue
-        first = 1 if op.name in ("aten::addmm", "aten::baddbmm") else 0  # the bias comes first
+        first = 1 if op.name in TRACE_BIAS_FIRST else 0  # the bias comes first
         a, b = (list(op.input_dims) + [None, None, None])[first:first + 2]
         if not (isinstance(a, list) and isinstance(b, list) and len(a) >= 2 and len(b) >= 2):
             continue

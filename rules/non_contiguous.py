@@ -42,7 +42,16 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from advisor.evidence import Evidence, GraphCapture, GraphNode
-from advisor.opnames import GRAPH_MATMULS, KEEPS_TRANSPOSE, LAYOUT_COPY_OPS, LAYOUT_VIEWS, NEEDS_CONTIGUOUS, USER_COPY_APIS
+from advisor.opnames import (
+    CONV_2D_MODULES,
+    CONV_2D_OPS,
+    GRAPH_MATMULS,
+    KEEPS_TRANSPOSE,
+    LAYOUT_COPY_OPS,
+    LAYOUT_VIEWS,
+    NEEDS_CONTIGUOUS,
+    USER_COPY_APIS,
+)
 from advisor.rulekit.fixing import compiled_with, finish_graph, node_name
 from advisor.rulekit.helpers import is_broadcast, is_contiguous, outermost
 from advisor.rulekit.rule import Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
@@ -205,8 +214,8 @@ def _feeds_matmul(graph: GraphCapture, nodes: dict[str, GraphNode], start: str) 
 def _is_conv_net(ev: Evidence) -> bool:
     """2-D convolutions: the layers channels_last applies to."""
     if ev.graph is not None:
-        return any(n.module_type in ("Conv2d", "ConvTranspose2d") for n in ev.graph.calls())
-    return ev.trace is not None and any(o.name in ("aten::conv2d", "aten::conv_transpose2d") for o in ev.trace.top_ops())
+        return any(n.module_type in CONV_2D_MODULES for n in ev.graph.calls())
+    return ev.trace is not None and any(o.name in CONV_2D_OPS for o in ev.trace.top_ops())
 
 
 def _note(site: CopySite, total_us: float) -> str:

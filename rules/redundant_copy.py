@@ -40,7 +40,7 @@ from collections import defaultdict
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from advisor.evidence import Evidence, GraphNode
-from advisor.opnames import DTYPE_CONVERSIONS, GRAPH_MATMULS
+from advisor.opnames import DTYPE_CONVERSIONS, FRESH_CONTIGUOUS
 from advisor.rulekit.fixing import compiled_with, finish_graph, node_site
 from advisor.rulekit.rule import Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
 from advisor.sources import site_label
@@ -48,8 +48,6 @@ from advisor.sources import site_label
 if TYPE_CHECKING:
     import torch
 
-# Ops whose output is always a fresh contiguous tensor: a .contiguous() after them copies nothing useful.
-FRESH_CONTIGUOUS = GRAPH_MATMULS | {"torch.cat", "torch.stack", "F.layer_norm", "F.embedding", "contiguous"}
 
 
 @rule(

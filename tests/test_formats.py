@@ -113,6 +113,10 @@ def test_diff_cli_exit_codes(tmp_path):
     broken.write_text("{}")
     bad = subprocess.run(command + [str(old), str(broken)], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "not an advisor JSON report" in bad.stderr and "Traceback" not in bad.stderr
+    unwritable = subprocess.run(command + [str(old), str(new), "--html", str(tmp_path / "no" / "d.html")],
+                                capture_output=True, text=True, timeout=60)
+    assert unwritable.returncode == 2 and "cannot write the HTML diff" in unwritable.stderr
+    assert "Traceback" not in unwritable.stderr
 
 
 def test_two_findings_of_one_rule_at_one_place_are_two_in_the_diff():

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import ast
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import networkx as nx
@@ -80,3 +83,125 @@ def test_rules_never_run_the_model():
     for module in (m for m in graph if m.startswith("advisor.rules.")):
         reached = nx.descendants(graph, module)
         assert not {m for m in reached if m.startswith(("advisor.sandbox", "advisor.verify", "advisor.commands.audit"))}, module
+
+
+# The layers, top to bottom: a module may import from its own room and from rooms below it, never above.
+# (Entry points; their commands; what a command runs; the child and its stages; the rules and the report
+# schema; the rule kit; the records everything shares; the base every layer may use.)
+LAYERS = (
+    ("advisor", "cli", "__main__"),
+    ("commands",),
+    ("run",),
+    ("ready",),
+    ("capture",),
+    ("verify",),
+    ("sandbox",),
+    ("rules",),
+    ("report",),
+    ("rulekit",),
+    ("workload",),
+    ("evidence",),
+    ("trace",),
+    ("files",),
+    ("stats", "sources", "opnames", "errors", "records", "version"),
+)
+_FLOOR = {room: floor for floor, rooms in enumerate(LAYERS) for room in rooms}
+
+
+def _room(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def _every_import(path: Path) -> set[str]:
+    """advisor modules this file names in any import: at the top, in a function, under TYPE_CHECKING."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and node.module.startswith("advisor"):
+            found.add(node.module)
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names if alias.name.startswith("advisor"))
+    return found
+
+
+def test_every_room_sits_on_a_floor():
+    rooms = {_room(_module_name(p)) for p in _package_files()}
+    assert rooms - set(_FLOOR) == set(), "place the new room in LAYERS (where does it sit in the flow?)"
+
+
+def test_no_arrow_runs_back_up():
+    back = set()
+    for path in _package_files():
+        here = _module_name(path)
+        for imported in _every_import(path):
+            if _FLOOR.get(_room(imported), -1) < _FLOOR[_room(here)]:
+                back.add(f"{here} -> {imported}")
+    assert back == set()
+
+
+def test_no_two_modules_share_a_name():
+    by_name: dict[str, list[str]] = {}
+    for path in _package_files():
+        if path.name not in ("__init__.py", "__main__.py"):
+            by_name.setdefault(path.stem, []).append(str(path.relative_to(ROOT)))
+    assert {name: paths for name, paths in by_name.items() if len(paths) > 1} == {}
+
+
+def _defined_in(predicate) -> set[str]:
+    """Files (relative) holding a node the predicate accepts."""
+    found = set()
+    for path in _package_files():
+        if any(predicate(node) for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))):
+            found.add(str(path.relative_to(ROOT)))
+    return found
+
+
+def test_statistics_are_computed_in_one_module():
+    def resamples_or_ranks(node) -> bool:
+        if isinstance(node, ast.Call):
+            called = ast.unparse(node.func)
+            return called.endswith(("random.Random", ".choices", "statistics.quantiles"))
+        return isinstance(node, ast.FunctionDef) and node.name.lstrip("_") in ("percentile", "bootstrap")
+    assert _defined_in(resamples_or_ranks) == {"advisor/stats.py"}
+
+
+def test_the_user_frame_is_recognised_in_one_module():
+    def frame_knowledge(node) -> bool:
+        if not isinstance(node, ast.Constant) or not isinstance(node.value, str):
+            return False
+        return "site-packages" in node.value or "dist-packages" in node.value or "line(?:no)?" in node.value
+    assert _defined_in(frame_knowledge) == {"advisor/sources.py"}
+
+
+def _names_operators(node) -> bool:
+    """A literal collection of two or more operator names: profiler ops or captured graph targets."""
+    if not isinstance(node, (ast.Set, ast.List, ast.Tuple)):
+        return False
+    names = [e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+    return sum(1 for n in names if n.startswith("aten::") or re.fullmatch(r"(torch|F)\.[a-z]\w*", n)) >= 2
+
+
+def test_operator_names_are_listed_in_one_module():
+    assert _defined_in(_names_operators) == {"advisor/opnames.py"}
+
+
+def test_severity_is_decided_in_one_place():
+    """Rules give a judgement at most; the scale, the cap and the demotion are rulekit/severity.py's,
+    called by the engine (decide) and by verification (demote) alone."""
+    def calls_the_scale(node) -> bool:
+        return isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "severity" \
+            and node.attr in ("decide", "capped", "for_share", "demote")
+    assert _defined_in(calls_the_scale) == {"advisor/rulekit/engine.py", "advisor/verify/orchestrate.py"}
+    importers = _defined_in(lambda n: isinstance(n, ast.ImportFrom) and n.module == "advisor.rulekit.severity"
+                            and any(a.name != "Severity" for a in n.names))
+    assert importers == set()
+
+
+def test_diff_and_analyze_start_without_torch():
+    """Neither runs a model: reading two reports or a trace must not pay torch's import."""
+    probe = ("import sys, advisor.cli, advisor.commands.diff, advisor.commands.analyze\n"
+             "from advisor.rulekit.engine import RuleConfig\n"
+             "RuleConfig.load((), {}, ())\n"
+             "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))")
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert result.stdout.strip() == "[]"

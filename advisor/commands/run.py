@@ -132,7 +132,7 @@ def _how_it_ended(run: ScriptRun, seen: dict, options: RunOptions) -> str:
 def evidence_of(run: ScriptRun, options: RunOptions) -> tuple[Evidence, list[StageError], list[str]]:
     evidence, errors, notes = _primary_evidence(run, options)
     if run.rank_folders:
-        from advisor.run.ranks import rank_failures
+        from advisor.run.rank_failures import rank_failures
 
         rank_failures(run, options.script, errors, notes)
         if len(run.rank_folders) > 1 and not evidence.rank_summaries:

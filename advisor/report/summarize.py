@@ -7,7 +7,7 @@ import os
 from collections import Counter, defaultdict
 
 from advisor.evidence import Evidence, GraphCapture
-from advisor.opnames import LAYOUT_COPY_OPS, MATMUL_OPS
+from advisor.opnames import COPY_AND_LAYOUT_OPS, MATMUL_OPS
 from advisor.report.schema import GraphSummary, OpShare, Performance, TimelineBar, TraceSummary
 from advisor.trace.parse import SYNC_RUNTIME_CALLS, Op, Trace
 
@@ -76,7 +76,7 @@ def summarize_graph(graph: GraphCapture) -> GraphSummary:
 def op_category(name: str) -> str:
     if name in MATMUL_OPS:
         return "matmul / conv"
-    if name in LAYOUT_COPY_OPS or name in ("aten::to", "aten::_to_copy", "aten::reshape"):
+    if name in COPY_AND_LAYOUT_OPS:
         return "copies / layout"
     lowered = name.lower()
     for category, words in _CATEGORY_WORDS:
