@@ -131,18 +131,19 @@ def as_cuda(evidence, **env):
                                             "gpu_count": 1, **env})
 
 
-def verify_fix(model_file: Path, finding, slug: str, seconds: float = 4):
-    """Measure one finding's fix on a model file, as the verification child would."""
+def verify_fix(model_file: Path, finding, slug: str, pairs: int = 10):
+    """Measure one finding's fix on a model file, as the verification child would: a run count, the same
+    work however fast or busy the machine."""
     from advisor.rulekit.engine import load_rules
     from advisor.verify.copies import Budget, verify_one
     from advisor.workload.target import load_target
 
     spec = load_rules().get(slug).fix_spec
-    return verify_one(load_target(str(model_file)), [(finding, spec)], Budget(seconds), lambda text: None, slug)
+    return verify_one(load_target(str(model_file)), [(finding, spec)], Budget(0), lambda text: None, slug, pairs)
 
 
-def verify_sample(sample: str, finding, slug: str, seconds: float = 4):
-    return verify_fix(SAMPLES / f"{sample}.py", finding, slug, seconds)
+def verify_sample(sample: str, finding, slug: str, pairs: int = 10):
+    return verify_fix(SAMPLES / f"{sample}.py", finding, slug, pairs)
 
 
 def shared_trace(relative: str) -> Path:

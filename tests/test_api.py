@@ -53,8 +53,8 @@ def test_api_and_cli_assemble_the_same_report(tmp_path):
     sys.path.insert(0, str(SAMPLES))
     import forgot_eval  # noqa: E402 - a structural finding whose verdict no timing can flip
 
-    cli = audit(SAMPLES / "forgot_eval.py", tmp_path / "cli", verify=True, budget=5).report
-    api = advisor.audit(forgot_eval.get_model(), forgot_eval.get_inputs(), budget=5)
+    cli = audit(SAMPLES / "forgot_eval.py", tmp_path / "cli", verify=True, pairs=3).report
+    api = advisor.audit(forgot_eval.get_model(), forgot_eval.get_inputs(), pairs=3)
     [cli_finding] = [f for f in cli.findings if f.slug == "train-mode-inference"]
     [api_finding] = [f for f in api.findings if f.slug == "train-mode-inference"]
     assert cli_finding.id == api_finding.id and cli_finding.id.startswith("ADV114-")

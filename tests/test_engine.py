@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -138,7 +139,10 @@ def test_cli_rules_list_explain_disable_and_extra_folder(tmp_path):
         [sys.executable, "-m", "advisor", "audit", str(SAMPLES / "host_sync.py"), "--out", str(out), "--quiet",
          "--rules", str(folder), "--disable", "host-sync", "--fail-on", "low", "--no-verify"],
         capture_output=True, text=True, timeout=300)
-    assert "step-budget" in audited.stdout and "host-sync" not in audited.stdout
+    report = json.loads((out / "host_sync.json").read_text())
+    slugs = {finding["slug"] for finding in report["findings"]}
+    assert "step-budget" in slugs and "host-sync" not in slugs  # (the sample's own lines name host-sync)
+    assert {run["slug"]: run["status"] for run in report["rules"]}["host-sync"] == "disabled"
     assert audited.returncode == 1  # the user rule's LOW finding meets --fail-on low
     bad = subprocess.run([sys.executable, "-m", "advisor", "audit", str(SAMPLES / "host_sync.py"), "--out", str(out),
                           "--set", "host-sync.bogus=1", "--no-verify"], capture_output=True, text=True, timeout=120)

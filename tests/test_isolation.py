@@ -5,7 +5,6 @@ from __future__ import annotations
 import subprocess
 import sys
 import tempfile
-import time
 
 import pytest
 
@@ -13,9 +12,12 @@ from advisor.sandbox.supervisor import OUTPUT_LIMIT
 from conftest import SAMPLES, audit, line_of, write_model
 
 HANG_IN_FORWARD = """
-    import time, torch
+    import os, time, torch
+    CALLS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "forward_calls.log")
     class Sleepy(torch.nn.Module):
         def forward(self, x):
+            with open(CALLS, "a") as log:
+                log.write("called\\n")
             time.sleep(3600)
             return x
     def get_model(): return Sleepy()
@@ -30,9 +32,8 @@ def _stage(result, name):
 @pytest.mark.slow
 def test_a_hanging_step_is_stopped_at_the_timeout_and_not_run_again(tmp_path):
     path = write_model(tmp_path, HANG_IN_FORWARD)
-    started = time.monotonic()
     result = audit(path, tmp_path / "out", timeout=4)
-    assert time.monotonic() - started < 30
+    assert (tmp_path / "forward_calls.log").read_text() == "called\n"  # stopped once, never run again
     [error] = result.report.errors
     assert error.stage == "timing" and error.kind == "timeout" and "4 s" in error.message
     assert [_stage(result, s).status for s in ("load", "env", "trace", "graph", "data")] == \
@@ -153,9 +154,7 @@ def test_a_hung_loader_with_worker_processes_is_stopped(tmp_path):
         def get_inputs(): return torch.ones(1, 2)
         def get_dataloader(): return DataLoader(Stuck(), batch_size=2, num_workers=2)
     """)
-    started = time.monotonic()
     result = audit(path, tmp_path / "out", timeout=6)
-    assert time.monotonic() - started < 40
     [error] = result.report.errors
     assert error.stage == "data" and error.kind == "timeout"
     assert result.report.timing is not None  # earlier stages' evidence is kept

@@ -95,7 +95,7 @@ def test_no_step_within_the_timeout_names_step_marker_and_leaves_nothing_running
             for batch in loader:
                 time.sleep(0.2)
     """, name="waits.py")
-    result = _run(path, tmp_path / "out", timeout=8)  # it returns, however slow the machine: the script never stepped
+    result = _run(path, tmp_path / "out", timeout=4)  # it returns, however slow the machine: the script never stepped
     [error] = result.report.errors
     assert error.kind == "timeout" and "use --step-marker" in error.message
     left = subprocess.run(["pgrep", "-f", str(path)], capture_output=True, text=True)
@@ -178,12 +178,12 @@ def test_the_scripts_own_profiler_steps_are_its_step_boundaries(tmp_path):
 
 
 def test_injectable_fixes_are_verified_by_running_the_script_again(tmp_path):
-    # the verifier keeps to its budget: at least 3 runs per side per fix; the loader's fix is left out here
-    report = _run(SCRIPTS / "train_loop.py", tmp_path, verify=True, pairs=3, disabled=("dataloader-workers",)).report
+    # two runs of the script per side per fix, however long they take; the loader's fix is left out here
+    report = _run(SCRIPTS / "train_loop.py", tmp_path, verify=True, pairs=2, disabled=("dataloader-workers",)).report
     by_slug = {f.slug: f.verification for f in report.findings}
     save, zero = by_slug["checkpoint-in-step"], by_slug["zero-grad"]
     for measured in (save, zero):  # measured on alternating runs; the verdict is this machine's
-        assert measured.speedup is not None and measured.samples >= 3 and "runs of the script per side" in measured.note
+        assert measured.speedup is not None and measured.samples == 2 and "runs of the script per side" in measured.note
     assert zero.max_rel_error is not None and zero.max_rel_error <= 1e-4  # same gradients at the first step
     assert "asynchronous save" in save.note
     assert by_slug["host-sync"].status == "not-verifiable-here"
@@ -290,8 +290,8 @@ def test_the_rules_own_fixes_are_injected_into_the_script_and_their_numerics_che
     for name, text in FIXING_RULES.items():
         (rules / name).write_text(textwrap.dedent(text), encoding="utf-8")
     script = write_model(tmp_path, CONV_SCRIPT, name="conv_train.py")
-    # a run count, not a time budget: every fix gets its 3 runs per side on a slow or loaded machine too
-    report = _run(script, tmp_path / "out", steps=6, verify=True, pairs=3, rule_dirs=(str(rules),),
+    # a run count, not a time budget: every fix gets its 2 runs per side on a slow or loaded machine too
+    report = _run(script, tmp_path / "out", steps=6, verify=True, pairs=2, rule_dirs=(str(rules),),
                   disabled=("channels-last",)).report
     by_slug = {f.slug: f.verification for f in report.findings}
     changed, wrong = by_slug["test-model-changes"], by_slug["test-wrong"]
@@ -301,4 +301,4 @@ def test_the_rules_own_fixes_are_injected_into_the_script_and_their_numerics_che
     # torch.compile ran; the timing verdict is this machine's
     assert changed.status in ("verified", "no-gain", "slower"), changed
     assert changed.max_rel_error is not None and changed.max_rel_error <= 0.05 and "match within" in changed.note
-    assert changed.compile_s is not None and changed.samples >= 3
+    assert changed.compile_s is not None and changed.samples == 2

@@ -127,7 +127,7 @@ def test_a_change_too_large_to_keep_refuses_the_experiments(tmp_path, monkeypatc
     folder = _resumable(tmp_path / "job")
     monkeypatch.chdir(folder)
     result = run_script(RunOptions(command=(sys.executable, str(RESUMING)), out_dir=str(tmp_path / "out"),
-                                   budget=60, shadow_limit_mb=1.0))
+                                   pairs=2, shadow_limit_mb=1.0))
     note = result.report.verification.note
     assert "changed ckpt.pt, and advisor could not keep its earlier state (4.2 MB, past the 1.0 MB" in note, note
     assert result.report.files.experiment_runs == [] and any("ckpt.pt" in lost for lost in result.report.files.not_kept)
@@ -159,7 +159,7 @@ def test_a_model_files_verification_children_write_into_their_shadow(tmp_path, m
         monkeypatch.chdir(folder)
         model = write_model(folder, BUILDS_A_CACHE)
         results[verify] = run_audit(AuditOptions(model_file=str(model), out_dir=str(folder / "out"), verify=verify,
-                                                 budget=30, timeout=300, disabled=("channels-last", "missing-amp")))
+                                                 pairs=3, timeout=300, disabled=("channels-last", "missing-amp")))
     alone, verified = (tmp_path / "alone" / "builds.log").read_text(), (tmp_path / "verified" / "builds.log").read_text()
     assert alone == verified and alone.count("built") >= 1  # the capture's builds only
     files = results[True].report.files
@@ -167,6 +167,39 @@ def test_a_model_files_verification_children_write_into_their_shadow(tmp_path, m
     assert [(c.path, c.change) for c in files.written] == [("builds.log", "created")]
     measured = [f.verification for f in results[True].report.findings if f.verification is not None]
     assert any(v.samples for v in measured), [f.slug for f in results[True].report.findings]
+
+
+KEEPS_A_LOG_OPEN = """
+    import atexit
+    import torch
+
+    log = open("model.log", "w")  # a logger's file, never closed: its buffer reaches the disk at exit
+    atexit.register(lambda: open("goodbye.txt", "w").write("the model file's exit handler ran\\n"))
+
+    class Logged(torch.nn.Module):
+        def forward(self, x):
+            log.write("forward\\n")
+            return x * 2
+
+    def get_model():
+        log.write("built\\n")
+        return Logged()
+
+    def get_inputs():
+        return torch.ones(4)
+"""
+
+
+def test_a_child_ends_with_the_files_the_users_code_left_open_flushed(tmp_path, monkeypatch):
+    """The capture's child ends promptly once its stages are done, as a stop does: what the user's code
+    wrote into a file it never closed is on the disk, and its exit handlers ran."""
+    monkeypatch.chdir(tmp_path)
+    model = write_model(tmp_path, KEEPS_A_LOG_OPEN)
+    result = run_audit(AuditOptions(model_file=str(model), out_dir=str(tmp_path / "out"), verify=False))
+    assert result.report.errors == []
+    written = (tmp_path / "model.log").read_text()
+    assert written.startswith("built\n") and written.count("forward\n") >= 10, written[:200]
+    assert (tmp_path / "goodbye.txt").read_text() == "the model file's exit handler ran\n"
 
 
 WRITES_READ_ONLY = """

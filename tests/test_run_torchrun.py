@@ -67,11 +67,11 @@ def test_a_clean_ddp_job_gets_no_finding(tmp_path):
 
 
 def test_no_sync_is_injected_into_the_job_and_measured_with_its_numerics(tmp_path):
-    report = _job(SCRIPTS / "ddp_train.py", tmp_path, "--steps", "40", steps=6, verify=True, budget=60,
+    report = _job(SCRIPTS / "ddp_train.py", tmp_path, "--steps", "40", steps=6, verify=True, pairs=2,
                   disabled=("find-unused-parameters", "ddp-buckets"))
     measured = next(f for f in report.findings if f.slug == "no-sync-accumulation").verification
     assert measured.status in ("verified", "no-gain", "slower"), measured  # the verdict is this machine's
-    assert measured.samples >= 3 and measured.max_rel_error is not None and measured.max_rel_error <= 1e-5
+    assert measured.samples == 2 and measured.max_rel_error is not None and measured.max_rel_error <= 1e-5
 
 
 def _loop(init: str, ending: str, steps: int = 100) -> str:
@@ -103,7 +103,7 @@ def test_a_rank_that_crashes_is_named_with_its_error_and_the_others_evidence_kep
 
 def test_a_hang_in_a_collective_names_it_and_the_rank_that_did_not_arrive(tmp_path):
     script = write_model(tmp_path, JOBS["hang"], name="hang_job.py")
-    report = _job(script, tmp_path / "out", timeout=15)  # rank 1 stops arriving at step 12: within seconds
+    report = _job(script, tmp_path / "out", timeout=25)  # rank 1 stops arriving at step 12, seconds after the start
     [error] = report.errors
     assert error.kind == "timeout" and error.message.startswith("the job hung in barrier: rank 0 waits there")
     assert f"rank 1 did not arrive (it is at hang_job.py:{line_of(script, 'NEVER ARRIVES LINE')}" in error.message

@@ -12,7 +12,7 @@ from advisor.report.html import render_html
 from advisor.report.markdown import render_markdown
 from advisor.rulekit.engine import RuleConfig
 from advisor.rulekit.rule import Severity, Verification
-from advisor.rulekit.severity import capped, for_share
+from advisor.rulekit.severity import capped, decide, for_share
 from advisor.rulekit.thresholds import SettingError
 from advisor.trace.parse import parse_trace
 from advisor.verify.orchestrate import demote_unhelpful
@@ -29,6 +29,14 @@ def test_a_share_only_lowers_what_a_rule_decided():
     assert capped(Severity.HIGH, 0.02) == Severity.LOW
     assert capped(Severity.INFO, 0.5) == Severity.INFO  # a rule's own reason to say info stays
     assert capped(Severity.MEDIUM, None) == Severity.MEDIUM  # not measured: the rule decides
+
+
+def test_a_judgement_then_high_at_then_the_declared_severity_decide_before_the_cap():
+    assert decide(Severity.LOW, Severity.HIGH, 0.5, high_at=0.9) == Severity.HIGH  # the rule's judgement first
+    assert decide(Severity.LOW, None, 0.3, high_at=0.2) == Severity.HIGH
+    assert decide(Severity.LOW, None, 0.15, high_at=0.2) == Severity.MEDIUM
+    assert decide(Severity.LOW, None, None, high_at=0.2) == Severity.LOW  # unmeasured: as declared
+    assert decide(Severity.HIGH, None, 0.05) == Severity.MEDIUM  # capped: 5% of the step
 
 
 def test_the_scale_and_a_rules_high_threshold_are_settable_and_decided_by_the_engine():

@@ -211,7 +211,9 @@ def _stamped(rule: Rule, finding: Finding, thresholds: Thresholds, scale: Thresh
         fix = fix.model_copy(update={"before": rule.docs.before, "after": rule.docs.after})
     return finding.model_copy(update={
         "slug": rule.slug, "code": rule.code, "title": rule.title, "layer": rule.layer, "fix": fix,
-        "severity": severity.decide(rule, finding, thresholds, scale), "margin": finding.margin or margin,
+        "severity": severity.decide(rule.severity, finding.severity, finding.impact,
+                                    thresholds[rule.high_at] if rule.high_at else None, scale),
+        "margin": finding.margin or margin,
     })
 
 

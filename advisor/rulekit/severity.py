@@ -13,12 +13,9 @@
 from __future__ import annotations
 
 import enum
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from advisor.rulekit.thresholds import Threshold, Thresholds
-
-if TYPE_CHECKING:
-    from advisor.rulekit.rule import Finding, Rule
 
 
 class Severity(str, enum.Enum):
@@ -59,12 +56,13 @@ def capped(severity: Severity, share: float | None, scale: Thresholds = DEFAULT_
     return allowed if allowed.rank < severity.rank else severity
 
 
-def decide(rule: Rule, finding: Finding, thresholds: Thresholds, scale: Thresholds = DEFAULT_SCALE) -> Severity:
-    """A finding's severity, from its rule's declaration, its own judgement and its measured share."""
-    judged = finding.severity
-    if judged is None and rule.high_at and finding.impact is not None:
-        judged = Severity.HIGH if finding.impact >= thresholds[rule.high_at] else Severity.MEDIUM
-    return capped(judged or rule.severity, finding.impact, scale)
+def decide(declared: Severity, judged: Severity | None, share: float | None, high_at: float | None = None,
+           scale: Thresholds = DEFAULT_SCALE) -> Severity:
+    """A finding's severity: the rule's judgement of it (``judged``), else HIGH from the rule's ``high_at``
+    share and MEDIUM below it, else the rule's ``declared`` severity; capped by the measured ``share``."""
+    if judged is None and high_at is not None and share is not None:
+        judged = Severity.HIGH if share >= high_at else Severity.MEDIUM
+    return capped(judged or declared, share, scale)
 
 
 def demote(finding: Any) -> None:

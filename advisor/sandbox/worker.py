@@ -8,13 +8,14 @@ stderr belong to the user's code; the supervisor captures them.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import sys
 from typing import Any
 
 from advisor.errors import StageError
-from advisor.files import stop
+from advisor.files import intercept, stop
 from advisor.files.intercept import suspended
 from advisor.sandbox.registry import StagePlan, run_stages
 
@@ -61,7 +62,19 @@ def main(spec_path: str) -> int:
     plan.load()
     run_stages({"spec": spec}, plan.stages, channel)
     channel.send("exit")
+    _end_promptly()
     return 0
+
+
+def _end_promptly() -> None:
+    """End as a stop between steps ends a process (``stop.stop_now``): the user's exit handlers run, the
+    writes in flight finish and every file left open is flushed, then the process ends without the
+    interpreter's teardown of torch, module by module (0.4-0.9 s of every audit and of every fix measured).
+    Without the file layer (nothing tracks the open files) the interpreter's own exit flushes them."""
+    if intercept.LAYER is None:
+        return
+    atexit._run_exitfuncs()
+    stop.stop_now(0, at_boundary=True)
 
 
 if __name__ == "__main__":
