@@ -153,3 +153,14 @@ def target_name(target: Any) -> str:
     if module.startswith("torch"):
         return f"torch.{name}"
     return name
+
+
+# --- from capture/provenance (host-made tensors) ---------------------------------------
+# Factories whose result lives where their device argument says, and on the host without one.
+HOST_FACTORIES = frozenset({
+    "torch.randint", "torch.rand", "torch.randn", "torch.randperm", "torch.zeros", "torch.ones", "torch.empty",
+    "torch.full", "torch.arange", "torch.range", "torch.linspace", "torch.logspace", "torch.eye", "torch.tensor",
+    "torch.as_tensor", "torch.from_numpy", "torch.scalar_tensor", "torch.frombuffer",
+})
+TO_HOST_APIS = frozenset({"Tensor.cpu", "Tensor.numpy"})
+TO_DEVICE_APIS = frozenset({"Tensor.cuda", "Tensor.to", "Tensor.xpu", "Tensor.mps"})

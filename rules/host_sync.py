@@ -7,7 +7,10 @@ What it detects:
     sizes), and on GPU the CUDA sync APIs (``cudaStreamSynchronize``,
     ``cudaDeviceSynchronize``, ``cudaEventSynchronize``) and device-to-host copies. Each
     source line is reported with its count per step; TorchDynamo graph breaks on
-    data-dependent operations are merged in at their lines.
+    data-dependent operations are merged in at their lines. A read of a tensor made on the
+    host (a factory without a device argument, NumPy interop, or computed from such tensors
+    alone: ``int(i)`` for ``i`` in ``torch.randint(n, (b,))`` slicing a NumPy memmap) is no
+    sync in any run: it is not counted, and is reported as INFO only when nothing else is.
 
 Why it matters:
     A GPU runs ahead of Python only while Python does not ask for results. Each sync drains
@@ -116,10 +119,11 @@ class SyncSite:
 )
 def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     sites: dict[tuple[str, int, str], SyncSite] = {}
+    host_reads: dict[tuple[str, int, str], SyncSite] = {}  # of host-made tensors: no device waits for them
     steps = 1
     if ev.trace is not None:
         steps = ev.trace.step_count
-        _from_calls(ev.trace, sites, on_cuda=ev.on_cuda)
+        _from_calls(ev.trace, sites, host_reads, on_cuda=ev.on_cuda)
         if not ev.trace.source_annotated:  # recorded elsewhere: fall back to op frames
             _from_ops(ev.trace, sites)
         _from_cuda_runtime(ev.trace, sites)
@@ -128,7 +132,10 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
         _from_graph_breaks(ev, sites)
 
     reported = [s for s in sites.values() if s.count / steps >= th.min_per_step or (s.count == 0 and s.graph_break)]
+    host_per_step = sum(s.count for s in host_reads.values()) / steps
     if not reported:
+        if host_reads:
+            yield _host_reads_only(host_reads, host_per_step, steps)
         return
     reported.sort(key=lambda s: (-s.count, s.file, s.line))
     total_per_step = sum(s.count for s in reported) / steps
@@ -168,6 +175,7 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
             **({"blocked_ms_per_step": round(blocked_ms, 3)} if ev.on_cuda else {}),
             "graph_breaks_on_syncs": sum(1 for s in reported if s.graph_break),
             "steps_profiled": steps,
+            **({"host_tensor_reads_per_step": round(host_per_step, 3)} if host_reads else {}),
         },
         locations=[_location(s, steps) for s in reported],
         fix=Fix(
@@ -179,6 +187,19 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     )
 
 
+def _host_reads_only(host_reads: dict, per_step: float, steps: int) -> Finding:
+    places = sorted(host_reads.values(), key=lambda s: (-s.count, s.file, s.line))
+    return Finding(
+        severity=Severity.INFO,
+        message=(f"{per_step:g} read(s) per step of tensors made on the host (no device argument, NumPy), at "
+                 f"{_place(places[0])}: no device waits for these in any run, so they are not host syncs"),
+        impact=None,
+        evidence={"syncs_per_step": 0, "host_tensor_reads_per_step": round(per_step, 3), "steps_profiled": steps},
+        locations=[_location(s, steps) for s in places],
+        fix=Fix(summary="nothing to change: keep index tensors that only drive host-side slicing on the host"),
+    )
+
+
 def _site(sites: dict, file: str, line: int, exact: bool = True, function: str = "") -> SyncSite:
     key = (file, line, function)
     if key not in sites:
@@ -186,14 +207,14 @@ def _site(sites: dict, file: str, line: int, exact: bool = True, function: str =
     return sites[key]
 
 
-def _from_calls(trace: Trace, sites: dict, on_cuda: bool) -> None:
+def _from_calls(trace: Trace, sites: dict, host_reads: dict, on_cuda: bool) -> None:
     for call in trace.calls:
         if call.step is None and trace.steps:
             continue
         kind = _call_kind(trace, call, on_cuda)
         if kind is None:
             continue
-        site = _site(sites, call.file, call.line)
+        site = _site(host_reads if call.host else sites, call.file, call.line)
         site.kinds.add(kind)
         site.apis.add(call.api.replace("Tensor.", ".").replace("torch.", "torch."))
         site.count += 1

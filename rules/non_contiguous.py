@@ -8,7 +8,10 @@ What it detects:
     these copies are at least ``min_share`` of the step (their profiled time over the
     profiler-free step time). Each place names the view op
     that made the layout (a ``permute``/``transpose`` from the captured graph's strides) and the
-    op that paid for the copy.
+    op that paid for the copy. A copy the backward makes is placed at the forward line whose
+    view it undoes (autograd's sequence numbers in the trace). In a trace advisor annotated, a copy
+    inside a library's kernel, run by no line of the user's, is not counted: there is nothing in
+    the user's code to change.
 
 Why it matters:
     A layout copy reads and writes the whole tensor and computes nothing: pure memory traffic,
@@ -141,8 +144,11 @@ def _copy_sites(trace: Trace) -> tuple[dict[tuple[str, int], CopySite], list[Op]
     for op in outermost(trace, LAYOUT_COPY_OPS):
         if not _copies_a_strided_input(trace, op):
             continue  # a copy of a contiguous tensor is not a layout problem
+        source = op.grad_of if op.grad_of is not None else op.src
+        if source is None and trace.source_annotated:
+            continue  # inside a library kernel, called by no line of the user's: not a layout the user chose
         copies.append(op)
-        file, line = (op.src.file, op.src.line) if op.src is not None and op.src.exact else ("", 0)
+        file, line = (source.file, source.line) if source is not None and source.exact else ("", 0)
         site = sites.setdefault((file, line), CopySite(file=file, line=line))
         site.us += op.dur
         site.count += 1

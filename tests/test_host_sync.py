@@ -105,3 +105,23 @@ def test_recorded_trace_without_step_markers_does_not_claim_per_step_rates():
     [finding] = [f for f in run_rules(load_rules(), evidence)[0] if f.slug == "host-sync"]
     assert "in the trace (it marks no ProfilerStep)" in finding.message
     assert finding.severity.value == "medium" and finding.locations[0].label() == "in aten::to"
+
+
+def test_tensors_made_on_the_host_are_told_apart_from_the_models_and_the_moved():
+    import torch
+
+    from advisor.capture.annotate import SourceAnnotator
+
+    annotator = SourceAnnotator()
+    layer = torch.nn.Linear(4, 4)
+    with annotator:
+        index = torch.randint(10, (3,))  # no device: on the host in any run
+        items = list(index)  # for i in index: each item a host tensor too
+        shifted = index + 1
+        moved = torch.randint(10, (3,)).to("cpu")  # .to(device): where the run's device is
+        made_there = torch.zeros(3, device="cpu")
+        output = layer(torch.randn(2, 4))  # the model's
+        mixed = output.sum(0)[:3] + index
+    host = annotator.host
+    assert index in host and all(item in host for item in items) and shifted in host
+    assert moved not in host and made_there not in host and output not in host and mixed not in host

@@ -153,3 +153,30 @@ def test_an_error_far_into_a_large_trace_names_its_line_after_repairs(tmp_path, 
     path = _write(tmp_path / ("t.json.gz" if compress else "t.json"), text.encode(), compress=compress)
     with pytest.raises(TraceFormatError, match=f"not valid JSON at line {broken_line}, column 16 "):
         parse_trace(path)
+
+
+def test_a_copy_the_backward_makes_is_placed_at_the_forward_line_it_differentiates(tmp_path):
+    """Autograd's sequence numbers pair a backward node with its forward op; the backward thread of a GPU
+    run (here: a lower thread id, read first) does not need to come after the forward's."""
+    def op(name, ts, dur, tid, **args):
+        return {"ph": "X", "cat": "cpu_op", "name": name, "ts": ts, "dur": dur, "tid": tid, "pid": 1, "args": args}
+
+    def annotation(name, ts, dur, tid):
+        return {"ph": "X", "cat": "user_annotation", "name": name, "ts": ts, "dur": dur, "tid": tid, "pid": 1}
+    events = [
+        annotation("ProfilerStep#0", 0, 100, 9), annotation("advisor.annotated", 0, 0, 9),
+        annotation("advisor.src:Tensor.transpose@/u/model.py:7", 10, 5, 9),
+        op("aten::transpose", 11, 2, 9, **{"Input Dims": [[2, 3]], "Sequence number": 4, "Fwd thread id": 0}),
+        annotation("advisor.src:Tensor.backward@/u/train.py:20", 30, 60, 9),
+        op("autograd::engine::evaluate_function: TransposeBackward0", 40, 20, 2),
+        op("TransposeBackward0", 41, 18, 2, **{"Input Dims": [[3, 2]], "Sequence number": 4, "Fwd thread id": 1}),
+        op("aten::copy_", 42, 5, 2, **{"Input Dims": [[3, 2], [3, 2]], "Input Strides": [[2, 1], [1, 3]]}),
+        op("aten::mul", 70, 3, 9, **{"Input Dims": [[3, 2], []]}),
+    ]
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps({"traceEvents": events}), encoding="utf-8")
+    trace = parse_trace(str(path))
+    copy = next(o for o in trace.ops if o.name == "aten::copy_")
+    assert copy.grad_of is not None and (copy.grad_of.file, copy.grad_of.line) == ("/u/model.py", 7)
+    forward_only = next(o for o in trace.ops if o.name == "aten::mul")
+    assert forward_only.grad_of is None and forward_only.src.line == 20  # the backward call's own op

@@ -16,8 +16,9 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
+from advisor.capture.provenance import HostTensors
 from advisor.sources import user_frame
-from advisor.trace.parse import SOURCE_ANNOTATION
+from advisor.trace.parse import HOST_READ, SOURCE_ANNOTATION
 
 # Attribute reads and metadata queries run no operator; annotating them only adds noise.
 _QUIET = {
@@ -40,7 +41,12 @@ _OPTIMIZER_CODE = os.path.join(os.path.dirname(torch.__file__), "optim") + os.se
 
 
 class SourceAnnotator(TorchFunctionMode):
-    """Wraps each outermost torch call from user code in a source-line profiler range."""
+    """Wraps each outermost torch call from user code in a source-line profiler range, and marks the
+    reads of host-made tensors (``provenance.py``): no device waits for those."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.host = HostTensors()
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -51,7 +57,14 @@ class SourceAnnotator(TorchFunctionMode):
             return func(*args, **kwargs)  # an optimizer's own work (Adam's step-count .item()): torch's, not a user call
         where = user_frame(2)
         if where is None:
-            return func(*args, **kwargs)
-        label = f"{SOURCE_ANNOTATION}{name}@{where[0]}:{where[1]}"
-        with torch.profiler.record_function(label):
-            return func(*args, **kwargs)
+            result = func(*args, **kwargs)
+        else:
+            read = HOST_READ if self.host.reads_host_tensor(args) else ""
+            with torch.profiler.record_function(f"{SOURCE_ANNOTATION}{read}{name}@{where[0]}:{where[1]}"):
+                result = func(*args, **kwargs)
+        if name == "Tensor.__iter__" and args and args[0] in self.host:
+            items = tuple(result)  # the same items, each seen: ``for i in index_tensor``
+            self.host.note(name, args, kwargs, items)
+            return iter(items)
+        self.host.note(name, args, kwargs, result)
+        return result

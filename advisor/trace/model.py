@@ -37,6 +37,7 @@ class Op:
     input_strides: list | tuple = ()
     concrete_inputs: list | tuple = ()  # scalar arguments as text ("False", "[1, 2]")
     loading: bool = False  # run by a DataLoader producing a batch (inside its enumerate(DataLoader) range)
+    grad_of: SourceRef | None = None  # run by a backward node: the user's line of the forward op it differentiates
 
 
 @dataclass(slots=True)
@@ -51,6 +52,7 @@ class SourceCall:
     tid: int
     step: int | None = None
     ops: list[int] = field(default_factory=list)  # indices of every op it ran, nested ones too
+    host: bool = False  # it read a tensor made on the host: no device waits for it in any run
 
 
 @dataclass(slots=True)

@@ -20,10 +20,11 @@ from advisor.trace.model import DeviceEvent, Op, SourceCall, SourceRef, Span, Tr
 from advisor.trace.stream import EventStream, TraceFormatError
 
 __all__ = ["DeviceEvent", "Op", "SourceCall", "SourceRef", "Span", "Trace", "TraceFormatError", "parse_trace",
-           "SOURCE_ANNOTATION", "ANNOTATED_MARKER", "STEP_PREFIX", "OPTIMIZER_STEP_PREFIX",
+           "SOURCE_ANNOTATION", "HOST_READ", "ANNOTATED_MARKER", "STEP_PREFIX", "OPTIMIZER_STEP_PREFIX",
            "SYNC_RUNTIME_CALLS"]
 
 SOURCE_ANNOTATION = "advisor.src:"
+HOST_READ = "host:"  # after SOURCE_ANNOTATION: the call read a tensor made on the host (capture/provenance.py)
 # Marks a trace recorded with source annotations: there, an op outside every advisor.src span
 # was not called from user code (optimizer internals, autograd), rather than unattributed.
 ANNOTATED_MARKER = "advisor.annotated"
@@ -174,6 +175,11 @@ def _nest_host_events(trace: Trace, host_events: list[tuple[int, float, float, s
     thread_ops: list[Op] = []
     ops, calls = trace.ops, trace.calls
     call_sources: list[SourceRef] = []  # one per call, shared by the ops it ran
+    # In a trace advisor annotated, an op no annotation encloses was not called by a line of the user's
+    # (a library's model, autograd): its Python frames name library files by paths the profiler cut short.
+    annotated = trace.source_annotated
+    forward_sources: dict[int, SourceRef] = {}  # autograd's sequence number -> the user's line of the forward op
+    backward_nodes: list[tuple[int, int]] = []  # (op, sequence number): resolved once every thread is read
     children: dict[int, list[int]] = {}  # Trace.children's index, made on the way: a second pass costs 8 ms a 69k trace
     step_starts = [step.ts for step in trace.steps]
     step_ends = [step.end for step in trace.steps]
@@ -214,6 +220,12 @@ def _nest_host_events(trace: Trace, host_events: list[tuple[int, float, float, s
                 op.input_types = inputs.get("Input type") or ()
                 op.input_strides = inputs.get("Input Strides") or ()
                 op.concrete_inputs = inputs.get("Concrete Inputs") or ()
+                sequence = inputs.get("Sequence number")
+                if sequence is not None:
+                    if inputs.get("Fwd thread id"):  # a backward node: what it runs undoes its forward's work
+                        backward_nodes.append((index, sequence))
+                    elif op.src is not None and op.src.exact:
+                        forward_sources.setdefault(sequence, op.src)
             ops.append(op)
             starts.append(ts)
             thread_ops.append(op)
@@ -228,12 +240,28 @@ def _nest_host_events(trace: Trace, host_events: list[tuple[int, float, float, s
                     stack.append((end, depth, parent, len(calls) - 1, frame, loading))
             elif name.startswith(LOADER_RANGE):
                 stack.append((end, depth, parent, call, frame, True))
-        elif cat == "python_function":
+        elif cat == "python_function" and not annotated:  # annotated: calls name the user's lines
             user_frame = _user_frame(name)
             if user_frame is not None:
                 stack.append((end, depth, parent, call, user_frame, loading))
     trace._by_tid = by_tid
     trace._children = children
+    _attribute_backward(ops, children, backward_nodes, forward_sources)
+
+
+def _attribute_backward(ops: list[Op], children: dict[int, list[int]], backward_nodes: list[tuple[int, int]],
+                        forward_sources: dict[int, SourceRef]) -> None:
+    """Each op a backward node runs (a copy undoing a view, say) gets the line of the forward op the node
+    differentiates: the autograd thread of a GPU run may be read before the forward's."""
+    for index, sequence in backward_nodes:
+        source = forward_sources.get(sequence)
+        if source is None:
+            continue
+        pending = [index]
+        while pending:
+            current = pending.pop()
+            ops[current].grad_of = source
+            pending.extend(children.get(current, ()))
 
 
 _HOST_ORDER = operator.itemgetter(0, 1, 2)
@@ -245,7 +273,8 @@ def _parse_source_annotation(name: str, ts: float, dur: float, tid: int) -> Sour
     file, sep2, line = place.rpartition(":")
     if not sep or not sep2 or not line.isdigit():
         return None
-    return SourceCall(api=api, file=file, line=int(line), ts=ts, dur=dur, tid=tid)
+    host = api.startswith(HOST_READ)
+    return SourceCall(api=api.removeprefix(HOST_READ), file=file, line=int(line), ts=ts, dur=dur, tid=tid, host=host)
 
 
 def _user_frame(name: str) -> SourceRef | None:
