@@ -228,6 +228,21 @@ class DataLoaderInfo(Record):
     batches_per_epoch: int | None = None
     source_file: str = Field(default="", description="the dataset's __getitem__ (user code) or get_dataloader")
     source_line: int = 0
+    created_file: str = Field(default="", description="the DataLoader(...) call in the user's code")
+    created_line: int = 0
+
+    def places(self, cost: str = "") -> list[Location]:
+        """Where a loader finding points: the ``DataLoader(...)`` call, whose settings the fix changes, then
+        (with ``cost``) the dataset's ``__getitem__``, where the time goes."""
+        found = []
+        if self.created_file:
+            found.append(Location.at(self.created_file, self.created_line, function=self.loader_class,
+                                     note="the DataLoader(...) call: its settings change here"))
+        if self.source_file and (cost or not found) and (self.source_file, self.source_line) != (
+                self.created_file, self.created_line):
+            found.append(Location.at(self.source_file, self.source_line, function=self.dataset_class,
+                                     note=cost or "the dataset"))
+        return found
 
 
 class CallSite(Record):

@@ -11,6 +11,7 @@ in its own folder, outside site-packages, so its files are the user's.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 import re
@@ -46,6 +47,8 @@ def is_library_path(path: str) -> bool:
     """Whether a frame's file is not the user's: PyTorch, the standard library, advisor, site-packages."""
     if not path or path.startswith("<"):
         return True
+    if not os.path.isabs(path) and not path.startswith(("/", "\\")):
+        return _installed_relative(path)
     if path.startswith((TORCH_DIR, ADVISOR_DIR)) or any(marker in path for marker in INSTALLED_MARKERS):
         return True
     if path.startswith(STDLIB_DIR):
@@ -54,6 +57,24 @@ def is_library_path(path: str) -> bool:
         return True
     head, sep, _ = path.partition("/lib/python3.")
     return bool(sep)  # ``.../lib/python3.11/json/decoder.py``: the standard library of another install
+
+
+@functools.lru_cache(maxsize=4096)
+def _installed_relative(path: str) -> bool:
+    """A relative path as the profiler writes Python frames, less the sys.path folder they lie in
+    (``numpy/_core/memmap.py``): a library's when its first part is a module installed as one here."""
+    if any(marker in path for marker in FOREIGN_LIBRARY_MARKERS) or path.startswith("torch/"):
+        return True
+    first = path.replace("\\", "/").split("/", 1)[0]
+    name = first[:-3] if first.endswith(".py") else first
+    if not name.isidentifier():
+        return False
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return False
+    origin = (spec.origin or next(iter(spec.submodule_search_locations or []), "")) if spec is not None else ""
+    return bool(origin) and os.path.isabs(origin) and is_library_path(origin)
 
 
 def frames_in(text: str) -> Iterator[tuple[str, int, str, str]]:

@@ -33,7 +33,7 @@ from typing import Iterator
 
 from advisor.evidence import Evidence
 from advisor.rulekit.fixing import replace_target
-from advisor.rulekit.rule import Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
+from advisor.rulekit.rule import Finding, Fix, Layer, Severity, Threshold, Thresholds, rule
 
 DOCS = ["https://pytorch.org/tutorials/intermediate/pinmem_nonblock.html",
         "https://pytorch.org/docs/stable/data.html#memory-pinning"]
@@ -53,7 +53,7 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     if data is None or data.pin_memory:
         return
     batch_mb = (data.batch_bytes or 0) / 2**20
-    location = [Location.at(data.source_file, data.source_line)] if data.source_file else []
+    location = data.places()
     fix = Fix(
         summary="DataLoader(..., pin_memory=True) and batch.to(device, non_blocking=True)",
         before=f"DataLoader(dataset, batch_size={data.batch_size})\nx = x.to('cuda')",

@@ -32,7 +32,7 @@ from typing import Iterator
 
 from advisor.evidence import Evidence
 from advisor.rulekit.fixing import replace_target
-from advisor.rulekit.rule import Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
+from advisor.rulekit.rule import Finding, Fix, Layer, Severity, Threshold, Thresholds, rule
 
 
 @rule(
@@ -58,8 +58,7 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
         evidence={"num_workers": data.num_workers, "cores_available": cores, "cores_logical": env.cpu_cores_logical,
                   "first_batch_ms": data.first_batch_ms, "batch_ms_median": data.batch_ms_median,
                   "suggested_workers": suggested},
-        locations=[Location.at(data.source_file, data.source_line, function=data.dataset_class)]
-        if data.source_file else [],
+        locations=data.places(cost="each worker holds a copy of this dataset"),
         fix=Fix(summary=f"num_workers={suggested} (no more than the usable cores), persistent_workers=True",
                 before=f"DataLoader(dataset, num_workers={data.num_workers})",
                 after="DataLoader(dataset, persistent_workers=True,\n"

@@ -36,7 +36,7 @@ from typing import Iterator
 
 from advisor.evidence import SHARE_NOISE_FLOOR, DataLoaderInfo, Evidence, Margin
 from advisor.rulekit.fixing import replace_target
-from advisor.rulekit.rule import Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
+from advisor.rulekit.rule import Finding, Fix, Layer, Severity, Threshold, Thresholds, rule
 
 DOCS = ["https://pytorch.org/docs/stable/data.html#multi-process-data-loading",
         "https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html#enable-async-data-loading-and-augmentation"]
@@ -103,8 +103,7 @@ def _too_few_workers(ev: Evidence, data: DataLoaderInfo, step_ms: float, th: Thr
             "num_workers": data.num_workers, "workers_needed": needed, "workers_suggested": suggested,
             "cores_free_for_workers": free, "batches_measured": data.batches_measured,
         },
-        locations=[Location.at(data.source_file, data.source_line, note="per-sample work runs here")]
-        if data.source_file else [],
+        locations=data.places(cost="the cost: per-sample work runs here"),
         fix=Fix(
             summary=f"DataLoader(..., num_workers={suggested}, persistent_workers=True)"
                     + ("" if enough else "; precompute or cache the per-sample transforms"),
@@ -141,7 +140,7 @@ def _restarting_workers(data: DataLoaderInfo, step_ms: float, th: Thresholds) ->
                  f"{data.batches_per_epoch}-batch epoch, and happens again every epoch: set persistent_workers=True"),
         impact=None,
         evidence={"startup_ms": round(startup_ms, 3), "epoch_ms": round(epoch_ms, 3), "startup_share": round(share, 4)},
-        locations=[Location.at(data.source_file, data.source_line)] if data.source_file else [],
+        locations=data.places(),
         fix=Fix(summary="DataLoader(..., persistent_workers=True) keeps the workers between epochs",
                 before=f"DataLoader(dataset, num_workers={data.num_workers})",
                 after=f"DataLoader(dataset, num_workers={data.num_workers}, persistent_workers=True)", docs=DOCS),

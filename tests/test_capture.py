@@ -228,3 +228,13 @@ def test_data_loader_settings_and_batch_times_are_measured(sample_audit):
     # 256 items / 32: one full pass, unless a slow or loaded machine spent the stage's 5 s first (4 under a CPU hog)
     assert 3 <= data.batches_measured <= 8
     assert data.batch_ms_median > 0 and data.first_batch_ms > 0
+
+
+def test_the_loader_is_measured_on_enough_batches_to_judge_its_pace_however_slow_the_machine():
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from advisor.capture.data import MIN_BATCHES, measure_loader
+
+    loader = DataLoader(TensorDataset(torch.randn(64, 4)), batch_size=4)
+    info = measure_loader(loader, budget_s=0.0)  # the budget spent at once, as on a machine busy elsewhere
+    assert info.batches_measured == MIN_BATCHES == 4 and len(info.batch_ms_samples) == MIN_BATCHES

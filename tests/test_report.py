@@ -73,3 +73,15 @@ def test_default_fail_on_high_passes_a_cpu_audit_with_medium_findings(sample_aud
     result = sample_audit("host_sync")
     assert result.exit_code("high") == 0 and result.exit_code("medium") == 1
     assert sample_audit("clean_mlp").exit_code("info") == 0
+
+
+def test_paths_are_shown_resolved_and_relative_inside_the_working_folder(tmp_path, monkeypatch):
+    import os
+
+    from advisor.report.paths import short_path
+
+    (tmp_path / "work" / "data").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path / "work")
+    assert short_path("data/../data/train.py") == os.path.join("data", "train.py")
+    assert short_path(str(tmp_path / "work" / "data" / ".." / "train.py")) == "train.py"
+    assert short_path("data/../../upstream/train.py") == str(tmp_path / "upstream" / "train.py")  # outside: absolute

@@ -12,6 +12,7 @@ from torch.utils._pytree import tree_flatten
 
 from advisor.evidence import DataLoaderInfo
 from advisor.sources import is_library_path
+from advisor.workload.loader_site import site_of
 
 
 def describe_loader(loader: Any, fallback_source: tuple[str, int] = ("", 0)) -> DataLoaderInfo:
@@ -25,10 +26,13 @@ def describe_loader(loader: Any, fallback_source: tuple[str, int] = ("", 0)) -> 
     except TypeError:
         batches = None
     source_file, source_line = _user_source(type(dataset), "__getitem__") or fallback_source
+    created_file, created_line = site_of(loader) or ("", 0)
     return DataLoaderInfo(
         batches_per_epoch=batches,
         source_file=source_file,
         source_line=source_line,
+        created_file=created_file,
+        created_line=created_line,
         loader_class=type(loader).__name__,
         batch_size=getattr(loader, "batch_size", None),
         num_workers=int(getattr(loader, "num_workers", 0) or 0),
@@ -41,6 +45,9 @@ def describe_loader(loader: Any, fallback_source: tuple[str, int] = ("", 0)) -> 
     )
 
 
+MIN_BATCHES = 4  # the first (with worker start-up), then three at the loader's steady pace, however slow
+
+
 def measure_loader(
     loader: Any,
     max_batches: int = 30,
@@ -48,7 +55,8 @@ def measure_loader(
     on_batch: Callable[[int], None] | None = None,
     fallback_source: tuple[str, int] = ("", 0),
 ) -> DataLoaderInfo:
-    """Time ``next()`` per batch over one pass (bounded); the first includes worker start-up."""
+    """Time ``next()`` per batch over one pass, for ``budget_s`` but at least ``MIN_BATCHES`` (a busy machine
+    makes each batch slower, not the pace less worth knowing); the first includes worker start-up."""
     info = describe_loader(loader, fallback_source)
     started = time.perf_counter()
     iterator = iter(loader)
@@ -64,7 +72,7 @@ def measure_loader(
             info.batch_bytes = _tensor_bytes(batch)
         if on_batch is not None:
             on_batch(len(samples))
-        if time.perf_counter() - started >= budget_s and len(samples) >= 3:
+        if time.perf_counter() - started >= budget_s and len(samples) >= MIN_BATCHES:
             break
     del iterator  # stops loader workers now rather than at interpreter exit
     info.batches_measured = len(samples)

@@ -1,4 +1,4 @@
-"""How paths are shown to people: relative to the working folder when inside it."""
+"""How paths are shown to people: resolved (no ``..``), relative to the working folder when inside it."""
 
 from __future__ import annotations
 
@@ -8,5 +8,6 @@ import os
 def short_path(path: str) -> str:
     if not path or path.startswith("<"):
         return path
-    relative = os.path.relpath(path) if os.path.isabs(path) else path
-    return path if relative.startswith("..") else relative
+    resolved = os.path.abspath(path)  # a script started as data/../../x/train.py names its frames so
+    relative = os.path.relpath(resolved)
+    return resolved if relative.startswith("..") else relative

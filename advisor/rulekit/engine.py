@@ -21,6 +21,7 @@ from advisor.rulekit import severity
 from advisor.rulekit.needs import missing
 from advisor.rulekit.rule import Finding, Rule, RuleRun, Severity, Thresholds
 from advisor.rulekit.thresholds import SettingError, setting_value
+from advisor.sources import is_library_path
 from advisor.trace.gc_pause import gc_paused
 
 try:  # CPython's own SHA-1: hashlib's digest, without loading OpenSSL (3-10 ms of every start)
@@ -209,12 +210,24 @@ def _stamped(rule: Rule, finding: Finding, thresholds: Thresholds, scale: Thresh
     fix = finding.fix
     if fix is not None and not (fix.before or fix.after):
         fix = fix.model_copy(update={"before": rule.docs.before, "after": rule.docs.after})
+    decided = severity.decide(rule.severity, finding.severity, finding.impact,
+                              thresholds[rule.high_at] if rule.high_at else None, scale)
+    locations, message = finding.locations, finding.message
+    in_libraries = [loc for loc in locations if loc.file and is_library_path(loc.file)]
+    if in_libraries and len(in_libraries) < len(locations):
+        locations = [loc for loc in locations if loc not in in_libraries]  # the user's places are the places
+    elif in_libraries:  # blame landed in a library: no line of the user's is shown to change
+        decided = severity.at_most(decided, severity.UNPLACED_MOST)
+        message += (f"; no line of your code is involved (it happens in {_files(in_libraries)}, "
+                    "a library's code)")
     return finding.model_copy(update={
         "slug": rule.slug, "code": rule.code, "title": rule.title, "layer": rule.layer, "fix": fix,
-        "severity": severity.decide(rule.severity, finding.severity, finding.impact,
-                                    thresholds[rule.high_at] if rule.high_at else None, scale),
-        "margin": finding.margin or margin,
+        "severity": decided, "margin": finding.margin or margin, "locations": locations, "message": message,
     })
+
+
+def _files(locations: list) -> str:
+    return ", ".join(sorted({os.path.basename(loc.file) for loc in locations}))
 
 
 def assign_ids(findings: list[Finding]) -> None:

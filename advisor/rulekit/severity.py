@@ -7,7 +7,9 @@
 3. then capped by the share the finding explains: at most HIGH from ``severity.high_share`` of the
    step, MEDIUM from ``medium_share``, LOW from ``low_share``, INFO below (noise next to the step's own
    run-to-run variation). The scale is settable like any threshold (``--set severity.high_share=0.2``).
-4. After verification, a finding whose own fix measured no gain or a loss is demoted to INFO (``demote``).
+4. A finding pinned only to lines of libraries' files (installed packages, PyTorch, the standard library),
+   none of the user's, is at most LOW: nothing in the user's code is shown to change (``UNPLACED_MOST``).
+5. After verification, a finding whose own fix measured no gain or a loss is demoted to INFO (``demote``).
 """
 
 from __future__ import annotations
@@ -38,6 +40,11 @@ SCALE_THRESHOLDS = {
     "low_share": Threshold(0.01, "share of the step for LOW at most; below it a measured finding is INFO"),
 }
 DEFAULT_SCALE = Thresholds.resolve(SCALE_THRESHOLDS)
+UNPLACED_MOST = Severity.LOW
+
+
+def at_most(severity: Severity, ceiling: Severity) -> Severity:
+    return ceiling if severity.rank > ceiling.rank else severity
 
 
 def for_share(share: float, scale: Thresholds = DEFAULT_SCALE) -> Severity:

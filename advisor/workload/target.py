@@ -30,6 +30,7 @@ from torch.utils._pytree import tree_flatten
 
 from advisor.errors import AuditError, StageError, from_exception
 from advisor.workload.feed import BATCHES_AHEAD, INPUTS_HOOK, Feed, FeedSource, default_inputs, describe, from_loader, on_device
+from advisor.workload.loader_site import watch_loader_sites
 
 MODES = ("train", "inference")
 FETCH_DEADLINE_S = 60.0  # the loader's first batches must come within this (the spec may set less)
@@ -250,6 +251,7 @@ OPTIONAL_HOOKS = ("get_inputs", "get_dataloader", INPUTS_HOOK, "get_optimizer", 
 
 
 def load_target(path: str, mode: str = "auto", device: str = "auto", fetch_deadline_s: float = FETCH_DEADLINE_S) -> Target:
+    watch_loader_sites()  # the DataLoader(...) call a loader finding points at
     module = load_module(path)
     if not callable(getattr(module, "get_model", None)):
         raise _fail("load", "the file defines no get_model(); a model file must define get_model() and "
