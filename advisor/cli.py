@@ -136,6 +136,9 @@ def _audit_and_report(audit_with, subject: str, stem: str, out_dir: str, formats
               help="Seconds for fix verification.")
 @click.option("--step-marker", default="", metavar="QUALNAME",
               help="A function whose every return ends a step (train_step, or module:Class.method).")
+@click.option("--mode", type=click.Choice(["auto", "train", "inference"]), default="auto", show_default=True,
+              help="auto: train once the script creates an optimizer or runs a backward (a step is an optimizer "
+                   "step), else inference (a step is a forward of the outermost module).")
 @click.option("--timeout", type=click.FloatRange(min=1), default=300, show_default=True,
               help="Seconds the script may run before it is stopped (between two steps).")
 @click.option("--pairs", type=click.IntRange(min=2), default=None, metavar="N", help=PAIRS_HELP)
@@ -144,7 +147,7 @@ def _audit_and_report(audit_with, subject: str, stem: str, out_dir: str, formats
 @click.option("--quiet", is_flag=True, help="No progress on stderr.")
 @click.option("--debug", is_flag=True, help="Show tracebacks of failures.")
 def run(command, out_dir, formats, rule_dirs, settings, disabled, fail_on, warmup_steps, steps, full, show_output,
-        step_marker, verify, budget, timeout, pairs, shadow_limit, quiet, debug) -> None:
+        step_marker, mode, verify, budget, timeout, pairs, shadow_limit, quiet, debug) -> None:
     """Audit an unmodified script: advisor run [OPTIONS] -- python train.py --its --args"""
     from advisor.commands.run import RunOptions, run_script
 
@@ -152,7 +155,7 @@ def run(command, out_dir, formats, rule_dirs, settings, disabled, fail_on, warmu
     options = RunOptions(command=tuple(command), out_dir=out_dir, formats=chosen, warmup_steps=warmup_steps,
                          steps=steps, full=full, timeout=timeout, rule_dirs=tuple(rule_dirs),
                          settings=tuple(settings), disabled=tuple(disabled), fail_on=fail_on, show_output=show_output,
-                         step_marker=step_marker, verify=verify, budget=budget, pairs=pairs,
+                         step_marker=step_marker, mode=mode, verify=verify, budget=budget, pairs=pairs,
                          shadow_limit_mb=shadow_limit)
     script = options.script
     if script.endswith(".py") and not os.path.isfile(script):

@@ -38,8 +38,9 @@ def test_a_training_script_gets_its_findings_at_its_own_lines(tmp_path):
     assert line_of(script, "ITEM LINE") in _lines(report, "host-sync")
     assert line_of(script, "SAVE LINE") in _lines(report, "checkpoint-in-step")
     assert line_of(script, "ZERO GRAD LINE") in _lines(report, "zero-grad")
-    if "dataloader-workers" in fired:
-        assert line_of(script, "def __getitem__") in _lines(report, "dataloader-workers")
+    if "dataloader-workers" in fired:  # at the DataLoader(...) call, with __getitem__ as the cost
+        assert _lines(report, "dataloader-workers") == {line_of(script, "loader = DataLoader("),
+                                                        line_of(script, "def __getitem__")}
     [save] = [f for f in report.findings if f.slug == "checkpoint-in-step"]
     assert save.evidence["saves_per_step"] == pytest.approx(0.2)  # every 5th step, over 10 watched steps
     assert "stopped after" in report.stages[0].note  # the window's end stops the script by default
@@ -302,3 +303,69 @@ def test_the_rules_own_fixes_are_injected_into_the_script_and_their_numerics_che
     assert changed.status in ("verified", "no-gain", "slower"), changed
     assert changed.max_rel_error is not None and changed.max_rel_error <= 0.05 and "match within" in changed.note
     assert changed.compile_s is not None and changed.samples == 2
+
+
+def _library_lines(report) -> list[str]:
+    from advisor.sources import is_library_path
+
+    return [f"{f.slug} {loc.file}:{loc.line}" for f in report.findings for loc in f.locations
+            if loc.file and is_library_path(loc.file)]
+
+
+def test_a_gpt_trainer_with_long_accumulation_and_an_evaluation_first_is_read_as_training(tmp_path):
+    script = SCRIPTS / "gpt_trainer.py"  # 40 micro-steps per optimizer step; 2 x 5 evaluation forwards first
+    report = _run(script, tmp_path / "out", f"--data_dir={tmp_path / 'data'}", warmup_steps=2, steps=4,
+                  profile_steps=2).report
+    assert report.errors == [] and report.target.mode == "train" and report.target.optimizer == "AdamW"
+    assert report.target.model_class == "GPT" and len(report.timing.samples_ms) == 4
+    assert "a step ended at each optimizer step" in report.stages[0].note
+    assert "held an evaluation pass" in report.stages[0].note  # the first step evaluated: not timed
+    fired = {f.slug for f in report.findings}
+    assert "train-mode-inference" not in fired and "host-sync" in fired
+    assert _lines(report, "host-sync") == {line_of(script, "ITEM LINE")}  # the log line; never the memmap slicing
+    assert _library_lines(report) == []
+    assert report.flops is not None and "40 forwards of the model per step" in report.flops.note
+
+
+def test_a_trainer_class_with_callbacks_and_workers_gets_its_findings_at_its_lines(tmp_path):
+    import os
+
+    script = SCRIPTS / "trainer_callbacks.py"
+    too_many = len(os.sched_getaffinity(0)) + 1
+    report = _run(script, tmp_path / "out", "--workers", str(too_many), steps=6).report
+    assert report.errors == [] and report.target.mode == "train" and report.target.optimizer == "SGD"
+    fired = {f.slug for f in report.findings}
+    assert {"host-sync", "dataloader-too-many-workers"} <= fired, fired
+    assert "train-mode-inference" not in fired and "checkpoint-in-step" not in fired  # every 100 steps: not in the window
+    assert _lines(report, "host-sync") == {line_of(script, "ITEM LINE")}
+    [workers] = [f for f in report.findings if f.slug == "dataloader-too-many-workers"]
+    assert [loc.line for loc in workers.locations] == [line_of(script, "LOADER LINE"), line_of(script, "def __getitem__")]
+    assert _library_lines(report) == []
+    enough = _run(script, tmp_path / "quiet", "--workers", "1", steps=6).report
+    assert "dataloader-too-many-workers" not in {f.slug for f in enough.findings}
+
+
+def test_mode_decides_what_a_step_is_when_given(tmp_path):
+    report = _run(SCRIPTS / "train_loop.py", tmp_path, "--epochs", "1", mode="inference").report
+    assert report.errors == [] and report.target.mode == "inference"
+    assert "a step ended at each call of the outermost module" in report.stages[0].note
+
+
+def test_a_step_marker_that_matches_nothing_says_what_it_saw_and_stops(tmp_path):
+    path = write_model(tmp_path, """
+        import torch
+        model = torch.nn.Linear(16, 16)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        def train_step():
+            model(torch.randn(8, 16)).sum().backward()
+            optimizer.step()
+            optimizer.zero_grad()
+        for _ in range(100000):  # runs for ever unless stopped
+            train_step()
+    """, name="marked.py")
+    done = subprocess.run([sys.executable, "-m", "advisor", "run", "--out", str(tmp_path / "out"), "--quiet",
+                           "--no-verify", "--step-marker", "trian_step", "--", sys.executable, str(path)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, done.stderr
+    assert "--step-marker 'trian_step' matched no function" in done.stderr and "train_step" in done.stderr
+    assert "Traceback" not in done.stderr

@@ -37,6 +37,12 @@ def _advisor(folder: Path, *options: str, script_args: tuple[str, ...] = ()) -> 
             *options, "--", sys.executable, str(RESUMING), *script_args]
 
 
+def _as_at_a_terminal() -> None:
+    """Ctrl-C as a user at a terminal has it: a suite started in the background (``pytest &`` in a script)
+    runs with SIGINT ignored, which every child inherits, and Python then installs no handler for it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _whole_log(folder: Path) -> list[int]:
     """The steps in metrics.csv; every line whole (a lost buffer or a cut line fails here)."""
     text = (folder / "metrics.csv").read_text()
@@ -78,7 +84,8 @@ def test_a_stopped_run_leaves_a_checkpoint_that_loads(tmp_path, stop):
     folder = _resumable(tmp_path / "job")
     options = ("--timeout", "25", "--no-verify") if stop == "timeout" else ("--no-verify", "--show-output")
     command = _advisor(folder, "--steps", "100000", *options, script_args=("--steps", "100000"))
-    runner = subprocess.Popen(command, cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    runner = subprocess.Popen(command, cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              preexec_fn=_as_at_a_terminal)
     if stop != "timeout":
         for line in runner.stdout:  # the script's own output: it has saved twice in its loop
             if line.startswith("saved step 16"):

@@ -162,3 +162,18 @@ def test_audit_reports_verdicts_combined_speedup_and_budget(tmp_path):
     assert {f.verification.status for f in skipped.report.findings} == {"skipped"}
     off = audit(SAMPLES / "non_contiguous.py", tmp_path / "c", verify=False)
     assert all(f.verification is None for f in off.report.findings) and not off.report.verification.enabled
+
+
+def test_fixes_are_planned_in_order_of_expected_gain_so_a_short_budget_never_skips_a_high_one():
+    from advisor.rulekit.rule import Severity
+    from advisor.verify.plan import plan_verification
+
+    ruleset = load_rules()
+    measurable = [r.slug for r in ruleset.rules if r.fix_spec is not None and r.fix_spec.apply is not None
+                  and r.fix_spec.expected is None and not r.fix_spec.needs_cuda][:3]  # always measured on a CPU
+    assert len(measurable) == 3, measurable
+    findings = [Finding(id="info", slug=measurable[0], severity=Severity.INFO, impact=0.6, message="big, demoted"),
+                Finding(id="high", slug=measurable[1], severity=Severity.HIGH, impact=None, message="judged high"),
+                Finding(id="medium", slug=measurable[2], severity=Severity.MEDIUM, impact=0.3, message="medium")]
+    to_measure, _ = plan_verification(findings, ruleset, "cpu")
+    assert [f.id for f in to_measure] == ["high", "medium", "info"]

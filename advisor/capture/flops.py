@@ -37,7 +37,13 @@ def as_training_step(forward: FlopCount, note: str) -> FlopCount:
     """A training step's work estimated from its forward's (backward ~ 2x forward)."""
     scale = 1 + BACKWARD_TO_FORWARD
     return FlopCount(total=int(forward.total * scale), by_op={k: int(v * scale) for k, v in forward.by_op.items()},
-                     method="forward x3", note=note)
+                     method="forward x3", note="; ".join(part for part in (note, forward.note) if part))
+
+
+def repeated(forward: FlopCount, times: int, note: str) -> FlopCount:
+    """The work of ``times`` forwards in one step (the micro-steps of gradient accumulation)."""
+    return FlopCount(total=forward.total * times, by_op={k: v * times for k, v in forward.by_op.items()},
+                     method=forward.method, note="; ".join(part for part in (forward.note, note) if part))
 
 
 def _counted(run: Callable[[], Any]) -> FlopCount:

@@ -51,6 +51,7 @@ class RunOptions(MeasureOptions):
     full: bool = False
     show_output: bool = False
     step_marker: str = ""
+    mode: str = "auto"  # train | inference: what ends a step, instead of the script's signs of training
 
     @property
     def script(self) -> str:
@@ -77,7 +78,8 @@ def run_script(options: RunOptions, progress: Callable[[str], None] = lambda tex
 def _run_with(files: FileSession, options: RunOptions, progress: Callable[[str], None], rules: RuleConfig) -> AuditResult:
     """The audited run (the user's: its writes are real, and journaled), then the experiments (shadowed)."""
     window = {"warmup_steps": options.warmup_steps, "steps": options.steps, "profile_steps": options.profile_steps,
-              "full": options.full, "script": options.script, "step_marker": options.step_marker}
+              "full": options.full, "script": options.script, "step_marker": options.step_marker,
+              "mode": "" if options.mode == "auto" else options.mode}
     progress(f"running {' '.join(options.command)}")
     run = launch(list(options.command), window, options.timeout, progress, show_output=options.show_output,
                  environment=files.journal_environment(), scratch_in=files.folder)
@@ -165,6 +167,9 @@ def _primary_evidence(run: ScriptRun, options: RunOptions) -> tuple[Evidence, li
     if run.read("installed.json") is None:
         errors.append(_script_error(run, options, "the script never imported torch, so there is no step to audit"))
         return evidence, errors, notes
+    if (unmatched := run.read("marker_unmatched.json")) is not None:
+        errors.append(StageError(stage="timing", kind="user-code", message=_unmatched_marker(unmatched)))
+        return evidence, errors, notes
     if window is None or not window["steps_seen"]:
         if run.interrupted:
             return evidence, errors, notes
@@ -183,6 +188,9 @@ def _primary_evidence(run: ScriptRun, options: RunOptions) -> tuple[Evidence, li
                      f"{window['optimizers']}): one whole iteration")
     else:
         notes.append("a step ended at " + STEP_KINDS.get(window["kind"], str(window["kind"])))
+    if window.get("evaluations"):
+        notes.append(f"{window['evaluations']} step(s) held an evaluation pass (the model switched to eval mode) and "
+                     "were not timed")
     if window.get("ended_early"):
         notes.append(f"the script ended after {window['steps_seen']} step(s), before the window's end; audited on the "
                      "steps it ran")
@@ -228,6 +236,14 @@ def _primary_evidence(run: ScriptRun, options: RunOptions) -> tuple[Evidence, li
     if len(run.rank_folders) > 1:
         _gather_ranks(run, evidence, notes)
     return evidence, errors, notes
+
+
+def _unmatched_marker(unmatched: dict) -> str:
+    seen = ", ".join(unmatched["seen"]) or "none of the script's own"
+    ran = (f"in its first {unmatched['own_steps']} step(s) of its own, so it counted no step; the script was "
+           "stopped there" if unmatched["own_steps"] else "before the script ended, so it counted no step")
+    return (f"--step-marker {unmatched['marker']!r} matched no function the script called {ran}. Functions it "
+            f"called: {seen} (name one as qualname, Class.method, or module:qualname)")
 
 
 def _gather_ranks(run: ScriptRun, evidence: Evidence, notes: list[str]) -> None:

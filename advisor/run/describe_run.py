@@ -40,11 +40,12 @@ def describe_run(window: StepWindow) -> None:
         window.batches[id(model)] = window.batches.get(id(outer), [])  # DDP passes its inputs on unchanged
     parameter = next(model.parameters(), None) if model is not None else None
     device = parameter.device if parameter is not None else torch.device("cpu")
-    info = TargetInfo(model_file=window.script, mode="train" if window.optimizers else "inference",
+    training = window.mode == "train" or (not window.mode and bool(window.optimizers or window.backward_seen))
+    info = TargetInfo(model_file=window.script, mode="train" if training else "inference",
                       device=str(device), input_summary=inputs)
     if model is not None:
         describe_model(info, model)
-        _count_flops(window, model, training=bool(window.optimizers))
+        _count_flops(window, outer, model, training=training)
         _capture_graph(window, model)
         _measure_routing(window, model)
     if window.optimizers:
@@ -67,14 +68,15 @@ def describe_run(window: StepWindow) -> None:
     window.write("env.json", json.loads(capture_environment(device).model_dump_json()))
 
 
-def _count_flops(window: StepWindow, model: Any, training: bool) -> None:
-    """The model's forward on a copy with its first real inputs; a training step as 3x that (the
-    script's own step is not re-run: its loss and optimizer are the script's business)."""
+def _count_flops(window: StepWindow, outer: Any, model: Any, training: bool) -> None:
+    """The model's forward on a copy with its first real inputs, times the forwards of a step (every
+    micro-step of gradient accumulation); a training step as 3x that (the script's own step is not
+    re-run: its loss and optimizer are the script's business)."""
     import copy
 
     import torch
 
-    from advisor.capture.flops import as_training_step, count_flops
+    from advisor.capture.flops import as_training_step, count_flops, repeated
 
     recorded = window.batches.get(id(model))
     if not recorded:
@@ -82,6 +84,9 @@ def _count_flops(window: StepWindow, model: Any, training: bool) -> None:
     twin, inputs = copy.deepcopy(model), tuple(recorded[0])
     with torch.no_grad():
         counted = count_flops(lambda: twin(*inputs))
+    forwards = window.forwards_per_step.get(id(outer), 1) if window.kind != "forward" else 1
+    if forwards > 1 and counted.method != "none":
+        counted = repeated(counted, forwards, f"{forwards} forwards of the model per step (gradient accumulation)")
     if training and counted.method != "none":
         counted = as_training_step(counted, "advisor run counts the model's forward on a copy; the training step is "
                                             "estimated as 3x its forward")

@@ -32,6 +32,7 @@ from advisor.sandbox.supervisor import end_process_group, output_tail
 BOOT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "boot")
 INTERRUPT_GRACE_S = 3.0
 STOP_WAIT_S = 150.0  # a stop request: the next step, then the writes in flight (a large checkpoint) and the window's files
+POLL_S = 0.5  # how often the parent looks at what the step window says while it waits
 STACK_DUMP_S = 1.0  # for faulthandler to write each process's stack before the group is ended
 ADVISOR_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # where advisor imports from
 
@@ -117,7 +118,7 @@ def launch(command: list[str], window: dict, timeout: float, progress: Callable[
         copiers = [_tee(child.stdout, out, sys.stdout.buffer), _tee(child.stderr, err, sys.stderr.buffer)] \
             if show_output else []
         try:
-            run.returncode = child.wait(timeout=timeout)
+            run.returncode = _wait(child, timeout, scratch, progress)
         except subprocess.TimeoutExpired:
             run.timed_out = True
             if experiment or not _stop_between_steps(child, run, progress):
@@ -136,6 +137,29 @@ def launch(command: list[str], window: dict, timeout: float, progress: Callable[
     run.seconds = time.monotonic() - began
     run.stdout, run.stderr = output_tail(stdout_path), output_tail(stderr_path)
     return run
+
+
+def _wait(child: subprocess.Popen, timeout: float, scratch: str, progress: Callable[[str], None]) -> int:
+    """The child's exit code, once it ends; meanwhile, say once what the step window waits for (a training
+    script's first optimizer step). TimeoutExpired at ``timeout``."""
+    deadline = time.monotonic() + timeout
+    waiting = os.path.join(scratch, "waiting.json")
+    while True:
+        try:
+            return child.wait(timeout=max(0.0, min(POLL_S, deadline - time.monotonic())))
+        except subprocess.TimeoutExpired:
+            if time.monotonic() >= deadline:
+                raise
+        if waiting and os.path.exists(waiting):
+            try:
+                with open(waiting, encoding="utf-8") as handle:
+                    seen = json.load(handle)
+            except (OSError, ValueError):
+                continue  # being written: read at the next poll
+            waiting = ""
+            before = f"; the {seen['forwards']} forward(s) before it are not steps" if seen["forwards"] else ""
+            progress(f"the script trains ({seen['reason']}): a step ends at each optimizer step; waiting for the "
+                     f"first (up to --timeout {timeout:g} s){before}")
 
 
 def _stop_between_steps(child: subprocess.Popen, run: ScriptRun, progress: Callable[[str], None]) -> bool:

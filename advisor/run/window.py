@@ -2,10 +2,13 @@
 
 A step ends at each optimizer step (torch's global optimizer step post hook; with several
 optimizers, at the steps of the one that steps least often during warm-up, so a step is one
-whole iteration) or, in a script with no optimizer, at each call of the outermost module's
-forward. After ``warmup`` steps, ``steps`` steps are timed profiler-free, then ``profile_steps``
-more are profiled (timing and profiling never mixed). The results go to the spec's folder; the
-script is then stopped unless ``full``.
+whole iteration) or, in a script that creates no optimizer (``training_signs.py``), at each call
+of the outermost module's forward. In a script that creates one, forwards are never steps: the
+window waits for the first optimizer step (an evaluation pass or long gradient accumulation
+first), and a step in which the script switched its model to eval mode is not timed. ``--mode``
+decides instead of the signs. After ``warmup`` steps, ``steps`` steps are timed profiler-free,
+then ``profile_steps`` more are profiled (timing and profiling never mixed). The results go to
+the spec's folder; the script is then stopped unless ``full``.
 
 A verification run (``measure_only``) times the window and nothing else: seeded alike, with the
 audit run's step kind and model given, and the fixes under test injected (``inject.py``); it
@@ -17,7 +20,6 @@ from __future__ import annotations
 import atexit
 import json
 import os
-import sys
 import time
 from typing import Any
 
@@ -72,6 +74,14 @@ class StepWindow:
         self.marker = spec.get("step_marker") or ""
         self.spec = spec
         self.measure_only = bool(spec.get("measure_only"))  # verification: time the window, nothing else
+        self.mode = spec.get("mode") or ""  # "train" | "inference" as the user said (--mode), else from the signs
+        self.trains = self.mode == "train"  # forwards are not steps: an optimizer was created (or --mode train)
+        self.backward_seen = False
+        self.evaluating = False  # the script called model.eval() in this step (training_signs.py)
+        self.evaluations = 0  # steps not timed for it
+        self.step_forwards: dict[int, int] = {}  # outermost module -> forwards with grad in this step
+        self.forwards_per_step: dict[int, int] = {}  # ... in the last whole warm-up step (FLOPs of all micro-steps)
+        self.marker_watch = None
         if self.marker:
             self.kind = MARKER
         elif self.measure_only and spec.get("kind"):
@@ -90,13 +100,17 @@ class StepWindow:
         self.ddp = DDPWatcher()  # DistributedDataParallel models, under torchrun
         self.stop = StopRequest(self)  # advisor asking the script to stop (Ctrl-C, a signal, --timeout)
 
-    # --- boundaries -------------------------------------------------------------------------
     def install(self) -> None:
         import torch
         from torch.optim.optimizer import register_optimizer_step_post_hook
-        from torch.utils.data import dataloader
+
+        from advisor.run.data_wait import watch_loaders
+        from advisor.run.training_signs import watch_training_signs
+        from advisor.workload.loader_site import watch_loader_sites
 
         register_optimizer_step_post_hook(self._after_optimizer_step)
+        watch_training_signs(self)
+        watch_loader_sites()
         self.ddp.install()
         original_step = torch.profiler.profile.step
         window = self
@@ -114,22 +128,7 @@ class StepWindow:
         else:
             self.hooks = [torch.nn.modules.module.register_module_forward_pre_hook(self._enter_forward),
                           torch.nn.modules.module.register_module_forward_hook(self._leave_forward)]
-        original_next = dataloader._BaseDataLoaderIter.__next__
-        original_iter = dataloader.DataLoader.__iter__
-
-        def recorded_iter(loader):
-            if os.getpid() == window.owner:
-                window.loaders[id(loader)] = loader
-            return original_iter(loader)
-        dataloader.DataLoader.__iter__ = recorded_iter
-
-        def timed_next(iterator):
-            began = time.perf_counter()
-            try:
-                return original_next(iterator)
-            finally:
-                window.waiting += time.perf_counter() - began
-        dataloader._BaseDataLoaderIter.__next__ = timed_next
+        watch_loaders(self)
         atexit.register(self.on_exit)
         stop.on_request(self.stop.requested)
         watch_failures(self)
@@ -138,35 +137,21 @@ class StepWindow:
         self.write("installed.json", {"pid": self.owner})
 
     def _find_marker(self) -> None:
-        """Wrap the --step-marker function (``qualname`` in the script, or ``module:qualname``) at its
-        first call: a profile function watches calls only until then, so the window costs nothing after."""
-        module, _, qualname = self.marker.rpartition(":")
-        window = self
+        from advisor.run.marker import MarkerWatch
 
-        def wrap(function):
-            def marked(*args, **kwargs):
-                try:
-                    return function(*args, **kwargs)
-                finally:
-                    window.boundary(MARKER)
-            marked.__wrapped__ = function
-            return marked
+        self.marker_watch = MarkerWatch(self, self.marker)
+        self.marker_watch.install(lambda: self.boundary(MARKER))
 
-        def watch(frame, event, arg):
-            code = frame.f_code
-            if event != "call" or code.co_qualname != qualname:
-                return
-            if module and frame.f_globals.get("__name__") != module:
-                return
-            sys.setprofile(None)
-            owner_name, _, attribute = qualname.rpartition(".")
-            owner = frame.f_globals.get(owner_name) if owner_name else None
-            if owner_name and owner is not None and hasattr(owner, attribute):
-                setattr(owner, attribute, wrap(getattr(owner, attribute)))
-            elif not owner_name and qualname in frame.f_globals:
-                frame.f_globals[qualname] = wrap(frame.f_globals[qualname])  # later calls; this one is a warm-up
-
-        sys.setprofile(watch)
+    def training_seen(self, reason: str) -> None:
+        """A sign of training (training_signs.py): forwards are no longer steps. Forwards counted as steps
+        so far were an evaluation or the micro-steps before the first optimizer step: counting restarts."""
+        if self.trains or self.mode == "inference" or self.done:
+            return
+        self.trains = True
+        if self.kind == FORWARD:
+            self._restart()
+        if not self.optimizer_steps:
+            self.write("waiting.json", {"reason": reason, "forwards": sum(e[1] for e in self.outermost.values())})
 
     def _after_optimizer_step(self, optimizer, args, kwargs) -> None:
         if os.getpid() != self.owner:
@@ -176,7 +161,7 @@ class StepWindow:
         self.optimizer_steps[key] = self.optimizer_steps.get(key, 0) + 1
         if self.lead is None:
             self.lead = key
-        if key == self.lead:
+        if key == self.lead and self.mode != "inference":  # --mode inference: its forwards are the steps
             self.ddp.after_optimizer_step()
             self.boundary(OPTIMIZER)
 
@@ -205,8 +190,16 @@ class StepWindow:
 
     def _leave_forward(self, module, args, output):
         self.depth -= 1
-        if self.depth == 0 and self.kind in (None, FORWARD):
-            self.boundary(FORWARD)  # inference: each outermost forward is a step, until something better shows
+        if self.depth != 0 or os.getpid() != self.owner:
+            return
+        import torch
+
+        if torch.is_grad_enabled():
+            self.step_forwards[id(module)] = self.step_forwards.get(id(module), 0) + 1
+        if self.marker_watch is not None and not self.trains and self.marker_watch.own_step():
+            stop.stop_now(0, at_boundary=True)  # the marker matched nothing in the warm-up's worth of forwards
+        if self.kind in (None, FORWARD) and not self.trains:
+            self.boundary(FORWARD)  # inference: each outermost forward is a step, until a sign of training
 
     def boundary(self, kind: str) -> None:
         if os.getpid() != self.owner:
@@ -221,6 +214,8 @@ class StepWindow:
             return
         GATE.boundary()
         if self.marker and kind != MARKER:
+            if kind == OPTIMIZER and self.marker_watch is not None and self.marker_watch.own_step():
+                stop.stop_now(0, at_boundary=True)  # the marker matched nothing in the warm-up's optimizer steps
             return
         if self.kind is not None and RANK[kind] > RANK[self.kind] and self.profiler is None and self.calls is None:
             self._restart()  # e.g. forwards came first (an evaluation pass), but this script trains: count its steps
@@ -230,6 +225,16 @@ class StepWindow:
             return
         self._synchronize()
         now = time.perf_counter()
+        if self.hooks and kind != FORWARD and self.step_forwards:
+            self.forwards_per_step = dict(self.step_forwards)
+        self.step_forwards.clear()
+        if self.evaluating and kind != FORWARD and self.profiler is None and self.calls is None:
+            self.evaluating = False  # the step held an evaluation pass: not the step, and not timed
+            self.evaluations += 1
+            self.waiting, self.last = 0.0, time.perf_counter()
+            self.journal_spent = getattr(intercept.LAYER, "spent", 0.0)
+            return
+        self.evaluating = False
         self.count += 1
         if self.count == self.warmup and kind == OPTIMIZER and self._choose_lead():
             self.count -= 1
@@ -267,6 +272,10 @@ class StepWindow:
         self.depth = 0
 
     def _restart(self) -> None:
+        self._drop_profile()  # it profiled forwards that were not the step
+        if self.calls is not None:
+            self.calls.__exit__(None, None, None)
+            self.calls = None
         self.ddp.reset()
         self.count, self.last, self.kind = 0, None, None
         self.samples_ms.clear()
@@ -276,17 +285,13 @@ class StepWindow:
         """The script ended before the window did: keep what was measured, and say so."""
         if os.getpid() != self.owner or self.done:
             return
+        if self.marker_watch is not None and not self.marker_watch.matched:
+            self.marker_watch.say_unmatched()
         self.end_early()
         self.finish(stopped=False, ended_early=True)
 
     def end_early(self) -> None:
-        if self.profiler is not None:
-            for scope in (self.step_range, self.annotator, self.profiler):
-                try:
-                    scope.__exit__(None, None, None)
-                except RuntimeError:
-                    continue  # already left when the window's own step failed
-            self.profiler = None  # a partial profile has fewer steps than asked: not kept
+        self._drop_profile()
         if self.calls is not None:
             watched = self.count - (self.warmup + self.steps + self.profile_steps)
             if watched > 0:
@@ -295,7 +300,15 @@ class StepWindow:
                 self.calls.__exit__(None, None, None)
                 self.calls = None
 
-    # --- profiling ----------------------------------------------------------------------------
+    def _drop_profile(self) -> None:
+        if self.profiler is not None:
+            for scope in (self.step_range, self.annotator, self.profiler):
+                try:
+                    scope.__exit__(None, None, None)
+                except RuntimeError:
+                    continue  # already left when the window's own step failed
+            self.profiler = None  # a partial profile has fewer steps than asked: not kept
+
     def _start_profiler(self) -> None:
         import torch
         from torch.profiler import ProfilerActivity, profile, record_function
@@ -342,7 +355,8 @@ class StepWindow:
     def measured(self, stopped: bool, ended_early: bool = False) -> dict:
         return {"kind": self.kind, "steps_seen": self.count, "samples_ms": list(self.samples_ms),
                 "data_wait_ms": list(self.data_wait_ms), "stopped": stopped, "ended_early": ended_early,
-                "warmup_steps": self.warmup, "optimizers": len(self.optimizers), "distributed": distributed()}
+                "warmup_steps": self.warmup, "optimizers": len(self.optimizers), "distributed": distributed(),
+                "evaluations": self.evaluations}
 
     def finish(self, stopped: bool, ended_early: bool = False, interrupted: bool = False) -> None:
         """Write what the window measured (advisor's own files); when ``stopped``, end the process

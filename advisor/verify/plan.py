@@ -19,11 +19,19 @@ class MeasuredFixes(Record):
     combined: Verification | None = None
 
 
+def expected_gain(finding: Finding) -> tuple[int, float]:
+    """Sort key, most expected gain first."""
+    rank = finding.severity.rank if finding.severity is not None else -1
+    return -rank, -(finding.impact or 0.0)
+
+
 def plan_verification(findings: list[Finding], ruleset: RuleSet, device: str) -> tuple[list[Finding], MeasuredFixes]:
-    """(findings to measure, most impact first; results decided here without running)."""
+    """(findings to measure, in order of expected gain: by severity, then by the share of the step they
+    explain, so a budget that runs out never skips a HIGH finding for a lesser one; results decided here
+    without running)."""
     decided = MeasuredFixes()
     to_measure = []
-    for finding in sorted(findings, key=lambda f: -(f.impact or 0.0)):
+    for finding in sorted(findings, key=expected_gain):
         rule = ruleset.get(finding.slug)
         spec = rule.fix_spec if rule is not None else None
         reason = spec.unmeasurable(finding, device) if spec is not None else \
