@@ -3,7 +3,8 @@
 What it detects:
     In the captured graph (so only code that actually runs): a matmul of queries and keys
     (``q @ kᵀ``, ``torch.matmul``, ``bmm``, ``baddbmm`` or an ``einsum`` such as
-    ``"bhqd,bhkd->bhqk"``), optionally scaled (multiplied or divided, by a number or a 0-d
+    ``"bhqd,bhkd->bhqk"``, or ``"bqhd,bkhd->bhqk"`` on tensors laid out [batch, seq, heads, dim],
+    which the fix permutes for SDPA and back), optionally scaled (multiplied or divided, by a number or a 0-d
     tensor, before or after the matmul), masked (``masked_fill``, ``torch.where(mask, scores,
     min_value)``, or an added float mask) and cast, into ``softmax``, optionally cast back
     (``.type(v.dtype)``) and dropped out (``F.dropout`` or an ``nn.Dropout`` module), into a
@@ -57,6 +58,7 @@ from advisor.rulekit.patterns import (
     MASKS,
     MULTIPLY_SCALES,
     WHERE_MASKS,
+    einsum_permutations,
     find_attention,
     mask_operands,
 )
@@ -186,6 +188,10 @@ class SdpaRewrite:
             causal = plan["mask"] is not None and _is_causal(value_of(plan["mask"]), plan["invert_mask"],
                                                               value_of(match.scores))
             with graph.inserting_before(match.output):
+                layouts = plan["layouts"] or {}
+                for operand in ("query", "key", "value"):  # SDPA takes [batch..., seq, dim]
+                    if operand in layouts and layouts[operand] != tuple(range(len(layouts[operand]))):
+                        plan[operand] = graph.call_method("permute", (plan[operand], *layouts[operand]))
                 key = plan["key"] if not plan["key_transposed"] else _untransposed(graph, plan["key"])
                 mask = None if causal else plan["mask"]
                 if mask is not None and plan["invert_mask"]:
@@ -195,6 +201,9 @@ class SdpaRewrite:
                     {"attn_mask": mask, "dropout_p": plan["dropout_p"], "is_causal": causal, "scale": plan["scale"]})
             self.decisions.append("as SDPA(is_causal=True)" if causal else
                                   "as SDPA(attn_mask=...)" if mask is not None else "as SDPA without a mask")
+            if "output" in layouts and layouts["output"] != tuple(range(len(layouts["output"]))):
+                with graph.inserting_after(attention):
+                    attention = graph.call_method("permute", (attention, *layouts["output"]))
             match.output.replace_all_uses_with(attention)
             for node in reversed([match.scores, *match.between, match.softmax, *match.after, match.output]):
                 if not node.users:
@@ -255,6 +264,14 @@ def _sdpa_arguments(match: Any, value_of: Callable[[Any], Any]) -> dict[str, Any
     else:
         query, key, key_transposed = scores.args[0], scores.args[1], True
     value = output.args[2] if node_name(output) in EINSUM else output.args[1]
+    layouts = None
+    if node_name(scores) in EINSUM and node_name(output) in EINSUM:
+        layouts = einsum_permutations(scores.args[0], output.args[0])
+        if layouts is None:
+            return "einsum layouts that do not pair up"
+    elif node_name(scores) in EINSUM or node_name(output) in EINSUM:
+        if not _batch_leads((scores if node_name(scores) in EINSUM else output).args[0]):
+            return "an einsum in a layout other than [batch..., seq, dim] next to a matmul"
     previous = scores
     for node in match.between:
         name, carried, previous = node_name(node), previous, node
@@ -281,7 +298,15 @@ def _sdpa_arguments(match: Any, value_of: Callable[[Any], Any]) -> dict[str, Any
             p, training = (list(node.args[1:3]) + [node.kwargs.get("p", 0.5), node.kwargs.get("training", True)])[:2]
             dropout_p = float(p) if training else 0.0
     return {"scale": scale, "mask": mask, "invert_mask": invert, "dropout_p": dropout_p,
-            "query": query, "key": key, "key_transposed": key_transposed, "value": value}
+            "query": query, "key": key, "key_transposed": key_transposed, "value": value, "layouts": layouts}
+
+
+
+def _batch_leads(equation: str) -> bool:
+    """Both operands and the result laid out [batch..., seq, dim]: the batch dimensions first, alike."""
+    operands, result = equation.replace(" ", "").split("->")
+    a, b = operands.split(",")
+    return a[:-2] == b[:-2] == result[:-2]
 
 
 def _number(value: Any, value_of: Callable[[Any], Any]) -> float | None:

@@ -24,7 +24,7 @@ class AugmentedClips(Dataset):
     def __len__(self):
         return len(self.audio)
 
-    def __getitem__(self, index):  # expect: dataloader-workers, dataloader-pin-memory
+    def __getitem__(self, index):  # expect: dataloader-workers
         start = self.random.randrange(0, 4000)
         clip = self.audio[index, start:start + self.samples].clone()
         gain = 10 ** (self.random.uniform(-6, 6) / 20)
@@ -42,7 +42,7 @@ def get_model():
 
 
 def get_dataloader():
-    return DataLoader(AugmentedClips(), batch_size=32, shuffle=True)
+    return DataLoader(AugmentedClips(), batch_size=32, shuffle=True)  # expect: dataloader-workers, dataloader-pin-memory
 
 
 def inputs_from_batch(batch):

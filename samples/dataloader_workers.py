@@ -18,7 +18,7 @@ class BlurredImages(Dataset):
     def __len__(self):
         return len(self.images)
 
-    def __getitem__(self, index):  # expect: dataloader-workers, dataloader-pin-memory
+    def __getitem__(self, index):  # expect: dataloader-workers
         image = self.images[index]
         spectrum = torch.fft.rfft2(image)  # "decode + augment": real CPU work per sample
         for _ in range(4):
@@ -32,7 +32,7 @@ def get_model():
 
 
 def get_dataloader():
-    return DataLoader(BlurredImages(), batch_size=32, shuffle=True, num_workers=0)
+    return DataLoader(BlurredImages(), batch_size=32, shuffle=True, num_workers=0)  # expect: dataloader-workers, dataloader-pin-memory
 
 
 def get_inputs():

@@ -139,3 +139,21 @@ def test_a_labelled_loader_sample_is_audited_on_real_batches(sample_audit):
     # dataloader-workers fires here on a quiet machine, not under a CPU hog: the fast tier asserts it on saved
     # evidence (test_rules_on_evidence); here, only that whatever fired is that loader finding
     assert {f.slug for f in report.findings} <= {"dataloader-workers"}, [f.message for f in report.findings]
+
+
+def test_a_dict_batch_feeds_the_model_its_entry_shaped_like_get_inputs_and_loss_fn_the_whole_batch():
+    import torch
+
+    from advisor.workload.feed import default_inputs, from_loader
+
+    batches = [{"features": torch.randn(8, 16), "label": torch.randint(0, 3, (8,))} for _ in range(2)]
+    source = from_loader(batches, default_inputs, hooked=False, fallback_inputs=torch.randn(4, 16))
+    assert source.source == "loader" and "batch['features']" in source.note
+    inputs, batch = source.pairs[1]
+    assert inputs is batches[1]["features"] and batch is batches[1]
+    # nothing shaped like get_inputs(): the model runs on get_inputs(), loss_fn still gets the loader's batch
+    unlike = from_loader(batches, default_inputs, hooked=False, fallback_inputs=torch.randn(4, 99))
+    assert unlike.source == "get_inputs()" and unlike.pairs[0][1] is batches[0]
+    # two entries alike: no coin toss
+    twins = [{"a": torch.randn(8, 16), "b": torch.randn(8, 16)}]
+    assert from_loader(twins, default_inputs, hooked=False, fallback_inputs=torch.randn(4, 16)).source == "get_inputs()"

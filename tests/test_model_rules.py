@@ -6,6 +6,8 @@ it is ("not applicable here") and once with the device recorded as CUDA.
 
 from __future__ import annotations
 
+import textwrap
+
 import pytest
 import torch
 
@@ -108,6 +110,34 @@ def test_baddbmm_scores_with_alpha_and_a_bias_become_sdpa_exactly():
     torch._dynamo.reset()
 
 
+def test_einsum_attention_on_batch_seq_heads_dim_tensors_becomes_permuted_sdpa_exactly():
+    class Attention(torch.nn.Module):
+        def forward(self, q, k, v, additive):  # [batch, seq, heads, dim]: the projections only viewed
+            scores = torch.einsum("bqhd,bkhd->bhqk", q, k) * 8 ** -0.5
+            return torch.einsum("bhqk,bkhd->bqhd", (scores + additive).softmax(-1), v)
+
+    q, k, v = (torch.randn(2, 16, 3, 8, generator=torch.Generator().manual_seed(i)) for i in range(3))
+    additive = torch.where(torch.rand(2, 1, 1, 16, generator=torch.Generator().manual_seed(3)) > 0.2, 0.0, -1e9)
+    expected = Attention()(q, k, v, additive)
+    torch._dynamo.reset()
+    rewrite, rewritten = SdpaRewrite(), []
+    compiled = torch.compile(Attention(), backend=lambda gm, ex: rewritten.append(gm) or rewrite(gm, ex))
+    assert torch.allclose(compiled(q, k, v, additive), expected, atol=1e-5)
+    names = [getattr(n.target, "__name__", n.target) for n in rewritten[0].graph.nodes]
+    assert "scaled_dot_product_attention" in names and "einsum" not in names and "softmax" not in names
+    assert rewrite.describe() == "1 block(s) as SDPA(attn_mask=...)"
+    torch._dynamo.reset()
+
+
+def test_einsum_roles_follow_the_letters_not_their_positions():
+    from advisor.rulekit.patterns import einsum_role
+
+    assert [einsum_role(e) for e in ("bhqd,bhkd->bhqk", "bqhd,bkhd->bhqk", "bqd,bkd->bqk")] == ["scores"] * 3
+    assert [einsum_role(e) for e in ("bhqk,bhkd->bhqd", "bhqk,bkhd->bqhd")] == ["output"] * 2
+    # softmax over the queries, a contraction of two dimensions, a broadcast: no attention
+    assert [einsum_role(e) for e in ("bhqd,bhkd->bhkq", "bqhd,bkhd->bqk", "bqd,kd->bqk")] == [None, None, None]
+
+
 def test_a_scale_after_the_mask_is_left_as_written_and_says_why():
     class Attention(torch.nn.Module):
         def forward(self, q, k, v, keep):
@@ -179,6 +209,50 @@ def test_attention_that_never_runs_or_whose_weights_are_used_is_not_reported(tmp
 
 
 # --- channels-last ----------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_layout_copies_inside_a_library_model_are_no_advice(tmp_path):
+    """A CNN from an installed library (site-packages) whose forward shuffles its own layout: the copies run
+    in no line of the user's, who has nothing there to change (the user's line is only the model's call)."""
+    library = tmp_path / "site-packages" / "visionlib"
+    library.mkdir(parents=True)
+    (library / "__init__.py").write_text(textwrap.dedent("""
+        import torch
+        from torch import nn
+
+        class SmallNet(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.stem = nn.Conv2d(3, 8, 3, padding=1)
+                self.head = nn.Linear(8, 10)
+
+            def forward(self, x):
+                x = self.stem(x)
+                for _ in range(4):  # the library's own NHWC round trips
+                    x = x.permute(0, 2, 3, 1).contiguous().permute(0, 3, 1, 2).contiguous()
+                return self.head(nn.functional.adaptive_avg_pool2d(x, 1).flatten(1))
+    """), encoding="utf-8")
+    path = write_model(tmp_path, f"""
+        import sys
+        sys.path.insert(0, {str(library.parent)!r})
+        import torch
+        from visionlib import SmallNet
+
+        def get_model():
+            torch.manual_seed(0)
+            return SmallNet()
+
+        def get_inputs():
+            return torch.randn(8, 3, 96, 96)
+
+        def get_optimizer(model):
+            return torch.optim.SGD(model.parameters(), lr=0.01)
+    """)
+    result = audit(path, tmp_path / "out")
+    assert result.report.errors == [] and "non-contiguous" not in slugs(result), [f.message for f in result.report.findings]
+    assert all(f.severity in (Severity.LOW, Severity.INFO) for f in result.report.findings
+               for loc in f.locations if loc.file and "site-packages" in loc.file)
+
 
 @pytest.mark.slow
 def test_nchw_conv_nets_get_channels_last(sample_audit):

@@ -42,21 +42,62 @@ class Attention(Generic[N]):
 
 
 def einsum_role(equation: str) -> str | None:
-    """'scores' for q·kᵀ over the last dimension ("bhqd,bhkd->bhqk"), 'output' for weights·v
-    ("bhqk,bhkd->bhqd"); None for any other contraction."""
+    """'scores' for q·kᵀ over the head dimension, in any layout whose result ends with (q, k)
+    ("bhqd,bhkd->bhqk", "bqhd,bkhd->bhqk"); 'output' for weights·v over the keys, the weights' last
+    dimension ("bhqk,bhkd->bhqd", "bhqk,bkhd->bqhd"); None for any other contraction."""
+    parts = _einsum_parts(equation)
+    if parts is None:
+        return None
+    a, b, result, contracted, only_a, only_b = parts
+    if a[-1] == contracted == b[-1] and result[-2:] == only_a + only_b:
+        return "scores"
+    if a[-1] == contracted != b[-1] and b[-1] == only_b and result[-1] == only_b and a[-2] == only_a:
+        return "output"
+    return None
+
+
+def einsum_permutations(scores: str, output: str) -> dict[str, tuple[int, ...]] | None:
+    """How to lay q, k, v out as SDPA takes them ([batch..., seq, dim], the batch dimensions in the
+    order of the scores' result) and SDPA's result out as the output einsum's result; None when the
+    equations do not pair up."""
+    first, second = _einsum_parts(scores), _einsum_parts(output)
+    if first is None or second is None:
+        return None
+    q_in, k_in, scores_out, head, query_seq, key_seq = first
+    weights, v_in, out, keys, out_seq, value_dim = second
+    if len(weights) != len(scores_out):
+        return None
+    batch = scores_out[:-2]
+    rename = dict(zip(weights, scores_out))  # the output einsum's letters for the same dimensions
+    back = {letter: mine for mine, letter in rename.items()}
+    sdpa_out = [back[letter] for letter in batch] + [out_seq, value_dim]
+    try:
+        return {
+            "query": tuple(q_in.index(letter) for letter in [*batch, query_seq, head]),
+            "key": tuple(k_in.index(letter) for letter in [*batch, key_seq, head]),
+            "value": tuple(v_in.index(letter) for letter in [*(back[x] for x in batch), keys, value_dim]),
+            "output": tuple(sdpa_out.index(letter) for letter in out),
+        }
+    except (ValueError, KeyError):
+        return None
+
+
+def _einsum_parts(equation: str) -> tuple[str, str, str, str, str, str] | None:
+    """(a, b, result, the contracted letter, a's own letter, b's own letter) of a two-operand einsum that
+    contracts one dimension and keeps one of each operand's own, every other dimension shared by all three."""
     compact = equation.replace(" ", "")
-    if compact.count(",") != 1 or "->" not in compact or "." in compact:
+    if compact.count(",") != 1 or compact.count("->") != 1 or "." in compact:
         return None
     operands, result = compact.split("->")
     a, b = operands.split(",")
-    if not (len(a) == len(b) == len(result) >= 2) or a[:-2] != b[:-2] or a[:-2] != result[:-2]:
+    if any(len(set(x)) != len(x) or len(x) < 2 for x in (a, b, result)):
         return None
-    (x, y), (z, w), (r1, r2) = a[-2:], b[-2:], result[-2:]
-    if y == w and (r1, r2) == (x, z) and len({x, y, z}) == 3:
-        return "scores"
-    if y == z and (r1, r2) == (x, w) and len({x, y, w}) == 3:
-        return "output"
-    return None
+    contracted = (set(a) & set(b)) - set(result)
+    only_a, only_b = set(a) - set(b), set(b) - set(a)
+    batch = set(a) & set(b) & set(result)
+    if len(contracted) != 1 or len(only_a) != 1 or len(only_b) != 1 or set(result) != batch | only_a | only_b:
+        return None
+    return a, b, result, contracted.pop(), only_a.pop(), only_b.pop()
 
 
 def find_attention(nodes: Iterable[N], name: Callable[[N], str], inputs: Callable[[N], list[N]],

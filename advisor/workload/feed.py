@@ -3,8 +3,10 @@
 With a loader, ``BATCHES_AHEAD`` batches are fetched once, before anything is timed (the data
 stage measures loading; the step timer must not), and each step takes the next of them in turn.
 The model's inputs come from a batch by the file's ``inputs_from_batch(batch)``, by default the
-batch's first element (a tuple or list batch) or the batch itself (a Tensor or a dict);
-``loss_fn(output, batch)`` receives the whole batch. Without a loader, ``get_inputs()`` is both.
+batch's first element (a tuple or list batch) or the batch itself (a Tensor or a dict); when that
+does not look like ``get_inputs()``, the one entry of the batch that does (``batch["features"]``
+of a dict batch), as a person reading both would pick it. ``loss_fn(output, batch)`` always
+receives the loader's whole batch. Without a loader, ``get_inputs()`` is both.
 """
 
 from __future__ import annotations
@@ -72,13 +74,33 @@ def from_loader(
     of the inputs (no ``inputs_from_batch``) does not look like what ``get_inputs()`` returns."""
     pairs = tuple((to_inputs(batch), batch) for batch in batches)
     if not hooked and fallback_inputs is not None and not looks_alike(pairs[0][0], fallback_inputs):
-        return FeedSource(
-            pairs=((fallback_inputs, fallback_inputs),), source="get_inputs()",
-            note=(f"the loader's batches ({describe(batches[0])}) hold no part shaped like get_inputs() "
-                  f"({describe(fallback_inputs)}), so the step ran on get_inputs(); define "
-                  f"{INPUTS_HOOK}(batch) to run it on the real batches"))
+        entry = entry_like(batches[0], fallback_inputs)
+        if entry is None:
+            return FeedSource(
+                pairs=((fallback_inputs, batches[0]),), source="get_inputs()",
+                note=(f"the loader's batches ({describe(batches[0])}) hold no part shaped like get_inputs() "
+                      f"({describe(fallback_inputs)}), so the model ran on get_inputs() (loss_fn on the loader's "
+                      f"batch); define {INPUTS_HOOK}(batch) to run it on the real batches"))
+        pairs = tuple((batch[entry], batch) for batch in batches)
+        return FeedSource(pairs=pairs, source="loader",
+                          note=(f"the step ran on {len(pairs)} batch(es) of the loader, fetched before timing; the "
+                                f"model's input is batch[{entry!r}], the entry shaped like get_inputs()"))
     return FeedSource(pairs=pairs, source="loader",
                       note=f"the step ran on {len(pairs)} batch(es) of the loader, fetched before timing")
+
+
+def entry_like(batch: Any, inputs: Any) -> Any:
+    """The key (or index) of the one entry of a dict or tuple batch that looks like ``inputs``; None when
+    none does, or several do (a guess between them would be a coin toss)."""
+    if isinstance(batch, dict):
+        entries = list(batch.items())
+    elif isinstance(batch, (tuple, list)):
+        entries = list(enumerate(batch))
+    else:
+        return None
+    wanted = inputs[0] if isinstance(inputs, (tuple, list)) and len(inputs) == 1 else inputs
+    found = [key for key, value in entries if looks_alike(value, wanted)]
+    return found[0] if len(found) == 1 else None
 
 
 def on_device(pairs: tuple[tuple[Any, Any], ...], device: torch.device,
