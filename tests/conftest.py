@@ -15,6 +15,18 @@ ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "samples"
 SHARED_TRACES = ROOT.parent / "shared" / "traces" / "hta"
 
+# The rules that judge the machine the suite runs on, which another job may share: the suite's tests of a
+# model's findings leave them out (every run started from here, subprocesses too, inherits this), and
+# tests/test_hardware_rules.py tests them, clearing it (``machine_rules`` fixture).
+MACHINE_STATE_RULES = "shared-machine,steal-time,cpu-quota"
+os.environ["ADVISOR_DISABLE"] = MACHINE_STATE_RULES
+
+
+@pytest.fixture
+def machine_rules(monkeypatch):
+    """The machine-state rules on, for the test that judges them."""
+    monkeypatch.delenv("ADVISOR_DISABLE")
+
 
 # A model whose class name, source line and output carry markup: reports must keep it text.
 HOSTILE_MODEL = """

@@ -30,7 +30,7 @@ def test_hand_written_attention_is_found_and_sdpa_is_verified(sample_audit):
     assert [(loc.line, loc.count_per_step) for loc in finding.locations] == [(line_of(path, "F.softmax(att"), 2)]
     assert "is_causal=True" in finding.fix.summary
     verdict = verify_sample("manual_attention", finding, "manual-attention")
-    assert verdict.status in ("verified", "no-gain", "slower") and verdict.max_rel_error <= 1e-4
+    assert verdict.status in ("verified", "no-gain", "slower", "inconclusive") and verdict.max_rel_error <= 1e-4
 
 
 def test_sdpa_rewrite_keeps_scale_and_masks_exact():

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import copy
+import functools
 import random
+from pathlib import Path
 
 import pytest
 
@@ -35,6 +38,13 @@ SHORTENED = MODEL[-37:]  # Dynamo's guard messages cut long paths from the left,
 
 
 def _row(size: int, centre_ms: float, spread: float = 0.05, n: int = 200) -> LatencyRow:
+    """A latency row of ``n`` seeded calls; each test gets its own copy of the one computed (its percentiles'
+    bootstrap intervals are most of this file's time)."""
+    return copy.deepcopy(_computed_row(size, centre_ms, spread, n))
+
+
+@functools.lru_cache(maxsize=None)
+def _computed_row(size: int, centre_ms: float, spread: float, n: int) -> LatencyRow:
     rng = random.Random(size)
     row = LatencyRow(batch_size=size)
     _fill(row, [centre_ms * (1 + rng.uniform(-spread, spread)) for _ in range(n)])
@@ -71,6 +81,25 @@ def test_the_budget_picks_the_largest_batch_whose_p99_meets_it_and_flags_a_borde
     borderline = decide(_healthy(), ReadyOptions(latency_budget_ms=(row8.p99.ms + row8.p99.ci_high) / 2))
     assert borderline.check("latency-budget").status == "warn" and "borderline" in borderline.check("latency-budget").message
     assert _statuses(_healthy(), latency_budget_ms=0.5)["latency-budget"] == "fail"
+
+
+def test_latency_measured_beside_another_job_is_marked_and_never_a_change_for_diff():
+    import json
+
+    from advisor.evidence import MeasurementConditions
+
+    recorded = Path(__file__).parent / "data" / "conditions"
+    busy = MeasurementConditions.model_validate(json.loads((recorded / "busy_loop.json").read_text()))
+    quiet = MeasurementConditions.model_validate(json.loads((recorded / "quiet.json").read_text()))
+    rows = [_row(1, 1.0), _row(8, 2.0), _row(32, 6.0)]
+    for row in rows:
+        row.conditions = busy
+    check = decide(_healthy(latency=rows), ReadyOptions(latency_budget_ms=3.0)).check("latency-budget")
+    assert check.status == "pass" and check.borderline and "unreliable here: measured while other processes" in check.message
+    for row in rows:
+        row.conditions = quiet
+    calm = decide(_healthy(latency=rows), ReadyOptions(latency_budget_ms=3.0)).check("latency-budget")
+    assert not calm.borderline and "unreliable" not in calm.message
 
 
 def test_each_failure_fails_its_own_check():

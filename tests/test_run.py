@@ -300,7 +300,7 @@ def test_the_rules_own_fixes_are_injected_into_the_script_and_their_numerics_che
     # the values stay within the fix's tolerance (bf16 changes them where the compiled step computes in bf16: with
     # native bf16 here, not with oneDNN capped at AVX2, where they came out equal); the compile time says
     # torch.compile ran; the timing verdict is this machine's
-    assert changed.status in ("verified", "no-gain", "slower"), changed
+    assert changed.status in ("verified", "no-gain", "slower", "inconclusive"), changed
     assert changed.max_rel_error is not None and changed.max_rel_error <= 0.05 and "match within" in changed.note
     assert changed.compile_s is not None and changed.samples == 2
 

@@ -70,7 +70,7 @@ def test_no_sync_is_injected_into_the_job_and_measured_with_its_numerics(tmp_pat
     report = _job(SCRIPTS / "ddp_train.py", tmp_path, "--steps", "40", steps=6, verify=True, pairs=2,
                   disabled=("find-unused-parameters", "ddp-buckets"))
     measured = next(f for f in report.findings if f.slug == "no-sync-accumulation").verification
-    assert measured.status in ("verified", "no-gain", "slower"), measured  # the verdict is this machine's
+    assert measured.status in ("verified", "no-gain", "slower", "inconclusive"), measured  # the verdict is this machine's
     assert measured.samples == 2 and measured.max_rel_error is not None and measured.max_rel_error <= 1e-5
 
 

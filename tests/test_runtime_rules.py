@@ -105,7 +105,7 @@ def test_synchronous_checkpoint_in_the_step_and_its_measured_cost(sample_audit):
     assert finding.locations[0].line == line_of(SAMPLES / "checkpoint_every_step.py", "torch.save(")
     verdict = verify_sample("checkpoint_every_step", finding, "checkpoint-in-step")
     # the gain is large on a quiet machine (2.4x measured) but a busy disk or CPU decides it: not asserted
-    assert verdict.status in ("verified", "no-gain") and verdict.max_rel_error <= 1e-6  # the save changes no number
+    assert verdict.status in ("verified", "no-gain", "inconclusive") and verdict.max_rel_error <= 1e-6  # the save changes no number
 
 
 @pytest.mark.slow
@@ -146,7 +146,7 @@ def test_zero_grad_in_place_inside_the_step_is_measured_with_set_to_none(tmp_pat
     finding = only_finding(result, "zero-grad")
     assert finding.evidence["seen_in_step"] is True and finding.locations[0].note == "runs in the step"
     verdict = verify_fix(path, finding, "zero-grad")
-    assert verdict.status in ("verified", "no-gain", "slower") and verdict.max_rel_error <= 1e-6
+    assert verdict.status in ("verified", "no-gain", "slower", "inconclusive") and verdict.max_rel_error <= 1e-6
 
 
 @pytest.mark.slow

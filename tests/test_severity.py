@@ -104,3 +104,18 @@ def test_a_slower_fix_demotes_and_a_verified_or_unmeasured_one_does_not():
             status=status, speedup=speedup, ci_low=speedup, ci_high=speedup, device="cpu"))
         demote_unhelpful(report)
         assert finding.demoted == "" and finding.severity == Severity.MEDIUM, status
+
+
+def test_a_fix_measured_slower_under_contention_is_not_demoted_and_says_why():
+    import json
+    from pathlib import Path
+
+    from advisor.evidence import MeasurementConditions
+
+    recorded = Path(__file__).parent / "data" / "conditions"
+    busy = MeasurementConditions.model_validate(json.loads((recorded / "busy_loop.json").read_text()))
+    report, finding = _report_with("non_contiguous", "non-contiguous", Verification(
+        status="slower", speedup=0.62, ci_low=0.59, ci_high=0.66, samples=40, device="cpu", conditions=busy))
+    demote_unhelpful(report)
+    assert finding.severity == Severity.MEDIUM and finding.demoted == ""
+    assert "its fix measured slower under contention (other processes used 0.50" in finding.unreliable

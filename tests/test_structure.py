@@ -100,6 +100,7 @@ LAYERS = (
     ("report",),
     ("rulekit",),
     ("workload",),
+    ("conditions",),
     ("evidence",),
     ("trace",),
     ("files",),

@@ -20,6 +20,7 @@ from advisor.evidence import (
     Evidence,
     FlopCount,
     GraphCapture,
+    MeasurementConditions,
     RankSummary,
     RoutingGroup,
     TargetInfo,
@@ -208,6 +209,8 @@ def _primary_evidence(run: ScriptRun, options: RunOptions) -> tuple[Evidence, li
             "step(s): nothing was timed; lower --warmup-steps")))
         return evidence, errors, notes
     evidence.timing = summarize(samples, "perf_counter", window["warmup_steps"])
+    if window.get("conditions"):
+        evidence.timing.conditions = MeasurementConditions.model_validate(window["conditions"])
     if window["data_wait_ms"] and any(window["data_wait_ms"]):
         notes.append(f"the loop waited {statistics.median(window['data_wait_ms']):.3g} ms per step for data "
                      "(median; the step time excludes it, the data rules judge it)")

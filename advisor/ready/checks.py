@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
+from advisor.conditions import judge
 from advisor.evidence import Location
 from advisor.ready.measured import Blocker, ReadyEvidence
 from advisor.report.readiness import CHECK_IDS, LatencyRow, Readiness, ReadyCheck
@@ -213,20 +214,22 @@ def latency_budget(ev: ReadyEvidence, options: ReadyOptions) -> ReadyCheck:
                           message="no --latency-budget given: percentiles measured, nothing to meet")
     meeting = [r for r in rows if r.p99_ms is not None and r.p99_ms <= budget]
     values = {"latency": table, "budget_ms": budget}
+    busy = sorted({reason for r in rows for reason in judge(r.conditions)})
+    contended = f"; unreliable here: measured while {'; '.join(busy)}" if busy else ""
     if not meeting:
         fastest = min(rows, key=lambda r: r.p99_ms or float("inf"))
         return ReadyCheck(id="latency-budget", status="fail", values=values,
-                          borderline=fastest.p99 is not None and fastest.p99.ci_low <= budget,
+                          borderline=(fastest.p99 is not None and fastest.p99.ci_low <= budget) or bool(contended),
                           message=f"no batch size meets p99 <= {budget:g} ms (batch {fastest.batch_size}: "
-                                  f"p99 {fastest.p99_ms:.3g} ms)")
+                                  f"p99 {fastest.p99_ms:.3g} ms)" + contended)
     best = max(meeting, key=lambda r: r.batch_size)
     estimate = " (p99 from fewer than 100 calls: an estimate)" if best.p99_estimate else ""
     sure = best.p99 is not None and best.p99.ci_high <= budget
     return ReadyCheck(
-        id="latency-budget", status="pass" if sure else "warn", values=values, borderline=not sure,
+        id="latency-budget", status="pass" if sure else "warn", values=values, borderline=not sure or bool(busy),
         message=(f"batch {best.batch_size} meets p99 <= {budget:g} ms: p99 {best.p99_ms:.3g} ms "
                  f"[{best.p99.ci_low:.3g}-{best.p99.ci_high:.3g}]{estimate}, {best.throughput_per_s:.4g} items/s"
-                 + ("" if sure else "; the interval crosses the budget, so this is borderline")))
+                 + ("" if sure else "; the interval crosses the budget, so this is borderline") + contended))
 
 
 def memory(ev: ReadyEvidence, options: ReadyOptions) -> ReadyCheck:

@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 import torch
 
+from advisor.conditions import Watch
 from advisor.ready.measured import MemoryBudget
 from advisor.ready.places import first_line, raised_at
 from advisor.report.readiness import LatencyRow, Percentile
@@ -40,7 +41,9 @@ def measure_latency(model: torch.nn.Module, batch_of: Callable[[int], Any], size
             with torch.inference_mode():
                 for _ in range(WARMUP_CALLS):
                     call_model(model, inputs)
-                samples = _timed(lambda inputs=inputs: call_model(model, inputs), timer, seconds_per_size)
+                with Watch() as watch:
+                    samples = _timed(lambda inputs=inputs: call_model(model, inputs), timer, seconds_per_size)
+                row.conditions = watch.conditions
             row.peak_memory_mb = peak.read_mb()
         except Exception as failure:  # noqa: BLE001 - this batch size fails: the check says where
             row.error = f"{type(failure).__name__}: {first_line(failure)}"

@@ -10,9 +10,11 @@ and the report is filled from it; fixes are then measured by the one orchestrati
 from __future__ import annotations
 
 from advisor.report.gathered import Gathered
+from advisor.report.quality import mark_unreliable, measurement_quality
 from advisor.report.schema import Report, RuleProblemRecord, VerificationSettings
 from advisor.report.summarize import summarize_graph, summarize_performance, summarize_trace
 from advisor.rulekit.engine import RuleConfig
+from advisor.rulekit.rule import Layer
 from advisor.version import __version__
 
 # Failures of these kinds leave the audit incomplete (exit 2); "unsupported" ones are noted only.
@@ -34,6 +36,8 @@ def assemble_report(gathered: Gathered, rules: RuleConfig, verification: Verific
     if run_rules:
         report.findings, problems = rules.run(evidence, report.rules)
         report.rule_problems += [RuleProblemRecord(source=p.source, message=p.message) for p in problems]
+    report.quality = measurement_quality(evidence)
+    mark_unreliable(report, {rule.slug for rule in rules.ruleset.rules if rule.layer == Layer.HARDWARE})
     report.performance = summarize_performance(evidence)
     if evidence.trace is not None:
         report.trace = summarize_trace(evidence.trace)

@@ -3,7 +3,10 @@ percentiles — a CI gate that does not flap.
 
 A change is called only when the bootstrap interval of the new/old ratio (each run's saved samples
 resampled on its own) clears the threshold; a finding present in one run only whose deciding
-value lay within its noise of the threshold is "borderline", not added or resolved.
+value lay within its noise of the threshold is "borderline", not added or resolved. A run measured
+on a contended machine (its report's ``quality``) decides nothing it rests on: its step time is not
+judged against the other's, and a finding in one run only whose verdict either run marked unreliable
+is "unreliable", not added or resolved.
 """
 
 from __future__ import annotations
@@ -34,7 +37,8 @@ class Change:
     ci_low: float
     ci_high: float
     threshold: float
-    judged: bool = True  # False: too few samples to compute an interval
+    judged: bool = True  # False: too few samples to compute an interval, or a run measured under contention
+    contended: bool = False
 
     @property
     def verdict(self) -> str:
@@ -84,14 +88,24 @@ class ReportDiff:
     resolved: list[Finding] = field(default_factory=list)
     kept: list[tuple[Finding, Finding]] = field(default_factory=list)
     borderline: list[Finding] = field(default_factory=list)  # in one run only, decided within its noise
+    unreliable: list[Finding] = field(default_factory=list)  # in one run only, decided under contention
     checks: list[CheckChange] = field(default_factory=list)  # readiness checks whose status changed
     latency: list[LatencyChange] = field(default_factory=list)
+
+    @property
+    def contended(self) -> list[str]:
+        """Which runs were measured on a contended machine, with what contended."""
+        return [f"{label}: {report.quality.summary}" for label, report in (("old", self.old), ("new", self.new))
+                if report.quality.state == "contended"]
 
     @property
     def step(self) -> Change | None:
         if self.old.timing is None or self.new.timing is None:
             return None
-        return compare_samples(self.old.timing.samples_ms, self.new.timing.samples_ms, self.threshold)
+        change = compare_samples(self.old.timing.samples_ms, self.new.timing.samples_ms, self.threshold)
+        if change is not None and self.contended:
+            change.judged, change.contended = False, True
+        return change
 
     @property
     def step_change(self) -> float | None:
@@ -104,7 +118,8 @@ class ReportDiff:
         """The gate: the step, or a latency percentile, is slower beyond the threshold with the interval
         clear of it; or a readiness check got worse (pass -> warn/fail, warn -> fail)."""
         step = self.step
-        if step is not None and (step.verdict == "slower" if step.judged else step.ratio - 1 > self.threshold):
+        if step is not None and not step.contended and (
+                step.verdict == "slower" if step.judged else step.ratio - 1 > self.threshold):
             return True
         if any(c is not None and c.verdict == "slower" for row in self.latency for c in (row.p50, row.p99)):
             return True
@@ -132,8 +147,12 @@ def diff_reports(old: Report, new: Report, threshold: float = 0.05) -> ReportDif
     only_new = [f for k, f in new_by_key.items() if k not in old_by_key]
     only_old = [f for k, f in old_by_key.items() if k not in new_by_key]
     result.borderline = [f for f in only_old + only_new if f.margin is not None and f.margin.borderline]
-    result.added = [f for f in only_new if f not in result.borderline]
-    result.resolved = [f for f in only_old if f not in result.borderline]
+    marked = {run.slug for report in (old, new) for run in report.rules if run.unreliable}
+    result.unreliable = [f for f in only_old + only_new
+                         if f not in result.borderline and (f.unreliable or f.slug in marked)]
+    settled = result.borderline + result.unreliable
+    result.added = [f for f in only_new if f not in settled]
+    result.resolved = [f for f in only_old if f not in settled]
     result.kept = [(old_by_key[k], f) for k, f in new_by_key.items() if k in old_by_key]
     if old.readiness is not None and new.readiness is not None:
         _diff_readiness(result, old.readiness, new.readiness)
@@ -159,6 +178,8 @@ def _p99(samples: list[float]) -> float:
 
 
 def _said(change: Change) -> str:
+    if change.contended:
+        return f"{change.ratio - 1:+.1%}: not judged (a run was measured on a contended machine)"
     if not change.judged:
         verdict = "REGRESSION" if change.ratio - 1 > change.threshold else "not judged (fewer than 5 samples)"
         return f"{change.ratio - 1:+.1%}: {verdict}"
@@ -168,7 +189,7 @@ def _said(change: Change) -> str:
 
 
 def render_text(diff: ReportDiff) -> str:
-    lines = []
+    lines = [f"UNRELIABLE {run}" for run in diff.contended]
     step = diff.step
     if step is None:
         lines.append("step time: not comparable (a report has no timing)")
@@ -182,6 +203,9 @@ def render_text(diff: ReportDiff) -> str:
         lines.append(f"borderline (in one run only, decided within the noise of its threshold): {len(diff.borderline)}")
         lines += [f"  {f.code} {f.slug}: {f.margin.quantity} {f.margin.value:.3g} against {f.margin.threshold:.3g} "
                   f"(noise ±{f.margin.noise:.2g})" for f in diff.borderline]
+    if diff.unreliable:
+        lines.append(f"unreliable (in one run only, decided on a contended machine): {len(diff.unreliable)}")
+        lines += [f"  {f.code} {f.slug}: {f.message}" for f in diff.unreliable]
     lines.append(f"unchanged: {len(diff.kept)}")
     for check in diff.checks:
         lines.append(f"check {check.id}: {check.old} -> {check.new}"
@@ -204,11 +228,13 @@ _HTML = Environment(autoescape=select_autoescape(default=True, default_for_strin
 border-bottom:1px solid #dde2ea}table{border-collapse:collapse;width:100%}</style></head><body>
 <h1>advisor diff</h1>
 <p>{{ old.target.model_class }} ({{ old.created }}) → {{ new.target.model_class }} ({{ new.created }})</p>
+{% for run in contended %}<p class="bad">Unreliable {{ run }}</p>{% endfor %}
 {% if change is not none %}<p>Step time {{ "%.4g"|format(old.timing.median_ms) }} ms → {{ "%.4g"|format(new.timing.median_ms) }} ms:
 <span class="{{ 'bad' if regressed else 'good' }}">{{ "%+.1f"|format(change * 100) }}%</span>
 (threshold +{{ "%.0f"|format(threshold * 100) }}%)</p>{% else %}<p>Step time not comparable.</p>{% endif %}
 {% for title, items in [("Added", added), ("Resolved", resolved),
-                         ("Borderline (one run only, within the noise of its threshold)", borderline)] %}
+                         ("Borderline (one run only, within the noise of its threshold)", borderline),
+                         ("Unreliable (one run only, decided on a contended machine)", unreliable)] %}
 <h2>{{ title }} ({{ items|length }})</h2>
 <table>{% for f in items %}<tr><td>{{ f.code }}</td><td>{{ f.slug }}</td><td>{{ f.message }}</td></tr>{% endfor %}</table>
 {% endfor %}<p>Unchanged: {{ kept|length }}</p>
@@ -225,4 +251,5 @@ border-bottom:1px solid #dde2ea}table{border-collapse:collapse;width:100%}</styl
 def render_html(diff: ReportDiff) -> str:
     return _HTML.render(old=diff.old, new=diff.new, change=diff.step_change, regressed=diff.regressed,
                         threshold=diff.threshold, added=diff.added, resolved=diff.resolved, kept=diff.kept,
-                        borderline=diff.borderline, checks=diff.checks, latency=diff.latency)
+                        borderline=diff.borderline, unreliable=diff.unreliable, contended=diff.contended,
+                        checks=diff.checks, latency=diff.latency)

@@ -27,6 +27,12 @@ def render_markdown(report: Report) -> str:
     if combined is not None and combined.speedup is not None:
         summary.append(f"all verified fixes together **{combined.speedup:.2f}×** [{combined.ci_low:.2f}–{combined.ci_high:.2f}]")
     lines += [" · ".join(summary), ""]
+    if report.quality.state == "contended":
+        lines += [f"> ⚠️ **Machine**: {_escape(report.quality.summary)}", ""]
+    elif report.quality.state == "quiet":
+        lines += [f"Machine: {_escape(report.quality.summary)}", ""]
+    for contended_fix in report.quality.verifications:
+        lines += [f"> ⚠️ measured under contention: {_escape(contended_fix)}", ""]
     for error in report.errors:
         lines.append(f"> ⚠️ **{error.stage}** ({error.kind}): {_escape(error.message)}")
     if report.errors:
@@ -145,6 +151,8 @@ def _details(finding: Finding) -> list[str]:
         lines += ["", f"Verification: {_verdict(finding.verification)} — {_escape(finding.verification.note)}"]
     if finding.demoted:
         lines += ["", f"Demoted to info: {_escape(finding.demoted)}."]
+    if finding.unreliable:
+        lines += ["", f"Unreliable here: {_escape(finding.unreliable)}."]
     lines += ["", "</details>", ""]
     return lines
 

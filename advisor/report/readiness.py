@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from advisor.evidence import Location
+from advisor.evidence import Location, MeasurementConditions
 from advisor.records import Field, Record
 
 CheckStatus = Literal["pass", "warn", "fail", "skipped"]
@@ -37,6 +37,7 @@ class LatencyRow(Record):
     error: str = Field(default="", description="why the model failed at this batch size")
     error_location: Location | None = None
     p99_estimate: bool = Field(default=False, description="too few samples for p99 to be more than an estimate")
+    conditions: MeasurementConditions | None = Field(default=None, description="the machine while it was timed")
 
 
 class ReadyCheck(Record):

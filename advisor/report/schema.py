@@ -8,9 +8,19 @@ from __future__ import annotations
 
 import os
 from datetime import datetime, timezone
+from typing import Literal
 
 from advisor.errors import StageError
-from advisor.evidence import DataLoaderInfo, Environment, FlopCount, GraphBreak, RankSummary, TargetInfo, Timing
+from advisor.evidence import (
+    DataLoaderInfo,
+    Environment,
+    FlopCount,
+    GraphBreak,
+    MeasurementConditions,
+    RankSummary,
+    TargetInfo,
+    Timing,
+)
 from advisor.files.account import FilesRecord
 from advisor.records import Field, Record
 from advisor.report.readiness import Readiness
@@ -95,6 +105,17 @@ class VerificationSettings(Record):
     combined: Verification | None = Field(default=None, description="all verified fixes applied together")
 
 
+class MeasurementQuality(Record):
+    """How far the run's measurements can be trusted: the machine's conditions while the step was timed and
+    while each fix was measured (``advisor/conditions.py``), judged once (``report/quality.py``)."""
+
+    state: Literal["quiet", "contended", "unknown"] = "unknown"
+    summary: str = ""
+    reasons: list[str] = Field(default_factory=list, description="what made the timing window contended")
+    timing: MeasurementConditions | None = None
+    verifications: list[str] = Field(default_factory=list, description="fixes measured under contention, and why")
+
+
 class Report(Record):
     schema_version: str = SCHEMA_VERSION
     advisor_version: str = ""
@@ -118,6 +139,7 @@ class Report(Record):
     files: FilesRecord | None = Field(default=None, description="what advisor's runs wrote, and where")
     rules: list[RuleRun] = Field(default_factory=list, description="what each rule did: fired, silent (how near it "
                                                                    "came), not run (and why)")
+    quality: MeasurementQuality = Field(default_factory=MeasurementQuality)
 
     def _repr_html_(self) -> str:
         """Jupyter shows the full HTML report inline."""

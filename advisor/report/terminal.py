@@ -31,6 +31,11 @@ def print_summary(report: Report, written: dict[str, str]) -> None:
         t = report.timing
         line += f" · step {t.median_ms:.3f} ms (IQR {t.p25_ms:.3f}–{t.p75_ms:.3f}, n={len(t.samples_ms)})"
     click.echo(line)
+    if report.quality.state != "unknown":
+        contended = report.quality.state == "contended"
+        click.echo(click.style(f"Machine: {report.quality.summary}", fg="yellow" if contended else None))
+    for contended_fix in report.quality.verifications:
+        click.echo(click.style(f"Machine: measured under contention: {contended_fix}", fg="yellow"))
     if report.readiness is not None:
         print_readiness(report)
     elif not report.findings:
@@ -46,6 +51,8 @@ def print_summary(report: Report, written: dict[str, str]) -> None:
             click.echo(f"         fix: {describe_verification(finding.verification)}")
         if finding.demoted:
             click.echo(f"         demoted to info: {finding.demoted}")
+        if finding.unreliable:
+            click.echo(f"         unreliable here: {finding.unreliable}")
     combined = report.verification.combined
     if combined is not None and combined.speedup is not None:
         click.echo(f"All verified fixes together: {combined.speedup:.2f}x [{combined.ci_low:.2f}–{combined.ci_high:.2f}]")

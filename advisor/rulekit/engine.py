@@ -133,11 +133,14 @@ def parse_settings(ruleset: RuleSet, settings: Iterable[str]) -> dict[str, dict[
     return overrides
 
 
+DISABLE_VARIABLE = "ADVISOR_DISABLE"  # rules to leave out of every run, comma-separated: a CI job's --disable
+
+
 def check_disabled(ruleset: RuleSet, disabled: Iterable[str]) -> set[str]:
     slugs = set(disabled)
     unknown = sorted(s for s in slugs if ruleset.get(s) is None)
     if unknown:
-        raise SettingError(f"--disable: no rule named {', '.join(unknown)} (see 'advisor rules')")
+        raise SettingError(f"--disable or {DISABLE_VARIABLE}: no rule named {', '.join(unknown)} (see 'advisor rules')")
     return slugs
 
 
@@ -157,9 +160,10 @@ class RuleConfig:
     @classmethod
     def load(cls, rule_dirs: Iterable[str] = (), settings: Iterable[str] = (),
              disabled: Iterable[str] = ()) -> "RuleConfig":
-        """Raises SettingError for a --set or --disable that names nothing."""
+        """Raises SettingError for a --set, --disable or ``ADVISOR_DISABLE`` that names nothing."""
         ruleset = load_rules(rule_dirs)
-        return cls(ruleset, parse_settings(ruleset, settings), check_disabled(ruleset, disabled))
+        from_environment = [slug.strip() for slug in os.environ.get(DISABLE_VARIABLE, "").split(",") if slug.strip()]
+        return cls(ruleset, parse_settings(ruleset, settings), check_disabled(ruleset, [*disabled, *from_environment]))
 
     def run(self, evidence: Evidence, runs: list[RuleRun] | None = None) -> tuple[list[Finding], list[RuleProblem]]:
         return run_rules(self.ruleset, evidence, self.overrides, self.disabled, runs)

@@ -9,6 +9,8 @@ NEEDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "graph": (lambda ev: ev.graph is not None, "no graph was captured"),
     "trace": (lambda ev: ev.trace is not None, "no profiler trace was recorded"),
     "timing": (lambda ev: ev.timing is not None, "the step was not timed"),
+    "conditions": (lambda ev: ev.timing is not None and ev.timing.conditions is not None,
+                   "the machine's load was not measured while the step was timed"),
     "flops": (lambda ev: ev.flops is not None, "the step's FLOPs were not counted"),
     "data": (lambda ev: ev.data is not None, "no data loader was measured"),
     "env": (lambda ev: ev.env is not None, "the environment was not recorded"),

@@ -24,7 +24,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Literal
 
-from advisor.evidence import Location, Margin
+from advisor.evidence import Location, Margin, MeasurementConditions
 from advisor.records import Field, Record
 from advisor.rulekit.docs import RuleDoc, parse_doc
 from advisor.rulekit.needs import NEEDS, unknown
@@ -64,7 +64,7 @@ class Fix(Record):
 
 
 VerificationStatus = Literal[
-    "verified", "no-gain", "slower", "numerics-failed", "fix-failed", "not-verifiable-here", "skipped"]
+    "verified", "no-gain", "slower", "inconclusive", "numerics-failed", "fix-failed", "not-verifiable-here", "skipped"]
 
 
 class Verification(Record):
@@ -83,6 +83,7 @@ class Verification(Record):
     compile_s: float | None = Field(default=None, description="one-off compile time of the candidate")
     device: str = ""
     note: str = ""
+    conditions: MeasurementConditions | None = Field(default=None, description="the machine while the pairs ran")
 
     @property
     def rejected(self) -> bool:
@@ -97,6 +98,7 @@ class RuleRun(Record):
     status: Literal["fired", "silent", "not run", "disabled"]
     why: str = ""
     margin: Margin | None = None
+    unreliable: str = Field(default="", description="why its margin may not hold on a quiet machine")
 
 
 class Finding(Record):
@@ -120,6 +122,8 @@ class Finding(Record):
                                                  "(no gain, or slower); empty when it was not")
     severity_before_demotion: Severity | None = None
     margin: Margin | None = Field(default=None, description="the value that decided it against its threshold")
+    unreliable: str = Field(default="", description="why the share this finding rests on may not hold on a quiet "
+                                                    "machine (measured under contention); empty when it was quiet")
 
 
 CheckFn = Callable[..., Iterator[Finding]]

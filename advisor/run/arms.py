@@ -22,12 +22,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from advisor.conditions import Watch
 from advisor.files.session import FileSession
 from advisor.rulekit.engine import RuleSet
 from advisor.rulekit.rule import Finding, Verification
 from advisor.run import first_results
 from advisor.run.launch import launch
-from advisor.verify.measure import ABResult, verdict
+from advisor.verify.measure import ABResult, verdict, why_inconclusive
 from advisor.verify.orchestrate import measure_fixes
 from advisor.verify.plan import MeasuredFixes
 
@@ -99,8 +100,11 @@ class RunVerifier:
         return measured
 
     def measure(self, findings: list[Finding], share_s: float) -> Verification:
-        outcome = self._measure(findings, share_s)
+        with Watch() as watch:  # advisor and the script's runs are its own; anything else is contention
+            outcome = self._measure(findings, share_s)
         outcome.device = outcome.device or self.window.get("device", "")
+        if outcome.speedup is not None:
+            outcome.conditions = watch.conditions
         return outcome
 
     def _measure(self, findings: list[Finding], share_s: float) -> Verification:
@@ -149,7 +153,10 @@ class RunVerifier:
         notes += [NOTES[f.slug] for f in findings if f.slug in NOTES]
         if first["rewrite_described"]:
             notes.append(f"the candidate rewrote {first['rewrite_described']}")
-        return Verification(status=verdict((low, high)), speedup=round(ab.speedup, 4), ci_low=round(low, 4),
+        status = verdict(ab.speedup, (low, high))
+        if status == "inconclusive":
+            notes.append(why_inconclusive(ab.speedup, (low, high)))
+        return Verification(status=status, speedup=round(ab.speedup, 4), ci_low=round(low, 4),
                             ci_high=round(high, 4), baseline_ms=round(statistics.median(ab.baseline_ms), 4),
                             candidate_ms=round(statistics.median(ab.candidate_ms), 4), samples=len(base.windows),
                             note="; ".join(n for n in notes if n), compile_s=compiling, **errors)
@@ -158,7 +165,8 @@ class RunVerifier:
     def _decided(base: Arm, cand: Arm) -> bool:
         """The interval already clears the no-gain band: the verdict is decided at the minimum runs."""
         with_data = bool(cand.windows[0]["changes_loader"])
-        return verdict(ABResult(base.cost(with_data), cand.cost(with_data)).interval()) in ("verified", "slower")
+        ab = ABResult(base.cost(with_data), cand.cost(with_data))
+        return verdict(ab.speedup, ab.interval()) in ("verified", "slower")
 
     def _numerics(self, base: Arm, cand: Arm, tolerance: float, loader_only: bool) -> tuple[Verification | None, dict]:
         """(a numerics-failed Verification or None, the error fields and a note for the verified one)."""

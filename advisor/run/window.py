@@ -23,11 +23,13 @@ import os
 import time
 from typing import Any
 
+from advisor.conditions import Watch
 from advisor.files import intercept, stop
 from advisor.files.gate import GATE
 from advisor.files.intercept import suspended
 from advisor.run.failures import distributed, watch_failures
 from advisor.run.kinds import FORWARD, MARKER, OPTIMIZER, PROFILER_STEP, RANK
+from advisor.run.profiled_steps import ProfiledSteps
 from advisor.run.stopping import StopRequest
 
 ROUTED_BATCHES = 4  # real batches fed again to a copy of the model to count tokens per expert
@@ -49,7 +51,7 @@ def prepare(spec_path: str) -> None:
     when_imported("torch", lambda torch: StepWindow(spec).install())
 
 
-class StepWindow:
+class StepWindow(ProfiledSteps):
     def __init__(self, spec: dict):
         self.out = spec["out_dir"]
         self.warmup = int(spec.get("warmup_steps", 3))
@@ -65,6 +67,7 @@ class StepWindow:
         self.data_wait_ms: list[float] = []
         self.waiting = 0.0
         self.journal_spent = 0.0  # the file journal's time when the last step ended
+        self.machine = Watch()
         self.profiler = None
         self.step_range = None
         self.annotator = None
@@ -241,6 +244,7 @@ class StepWindow:
             return
         if self.count == self.warmup:
             self.ddp.counting = True  # DDP's use is counted over the timed steps
+            self.machine.start()  # what else ran on the CPUs while the steps were timed
         if self.count == self.warmup and not self.measure_only and kind != FORWARD:
             self._drop_forward_hooks()  # their graph inputs are recorded; timed steps run without them
         if self.count == 1:
@@ -252,6 +256,8 @@ class StepWindow:
             kept = getattr(intercept.LAYER, "spent", 0.0) - self.journal_spent
             self.samples_ms.append((now - self.last - self.waiting - kept) * 1000)
             self.data_wait_ms.append(self.waiting * 1000)
+        if self.count == timed_end:
+            self.machine.stop()
         if self.count == timed_end and self.measure_only:
             self.finish(stopped=True)
         elif self.count == timed_end:
@@ -300,63 +306,13 @@ class StepWindow:
                 self.calls.__exit__(None, None, None)
                 self.calls = None
 
-    def _drop_profile(self) -> None:
-        if self.profiler is not None:
-            for scope in (self.step_range, self.annotator, self.profiler):
-                try:
-                    scope.__exit__(None, None, None)
-                except RuntimeError:
-                    continue  # already left when the window's own step failed
-            self.profiler = None  # a partial profile has fewer steps than asked: not kept
-
-    def _start_profiler(self) -> None:
-        import torch
-        from torch.profiler import ProfilerActivity, profile, record_function
-
-        if torch.autograd.profiler._is_profiler_enabled:  # the script profiles itself: sessions cannot nest
-            self.write("profile_skipped.json", {"reason": "the script runs its own torch.profiler during the window; "
-                                                          "profilers cannot nest, so advisor did not profile it"})
-            self.profile_steps = 0
-            self._watch_calls()
-            return
-
-        from advisor.capture.annotate import SourceAnnotator
-        from advisor.trace.parse import ANNOTATED_MARKER
-
-        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
-        self.profiler = profile(activities=activities, record_shapes=True, with_stack=True)
-        self.profiler.__enter__()
-        with record_function(ANNOTATED_MARKER):
-            pass
-        self.annotator = SourceAnnotator()
-        self.annotator.__enter__()
-        self.step_range = record_function("ProfilerStep#0")
-        self.step_range.__enter__()
-
-    def _next_profiled_step(self, finished: int) -> None:
-        from torch.profiler import record_function
-
-        self.step_range.__exit__(None, None, None)
-        if finished < self.profile_steps:
-            self.step_range = record_function(f"ProfilerStep#{finished}")
-            self.step_range.__enter__()
-            return
-        self.annotator.__exit__(None, None, None)
-        self.profiler.__exit__(None, None, None)
-        self.profiler.export_chrome_trace(os.path.join(self.out, "trace.json.gz"))
-        self.profiler = None
-        self._watch_calls()
-
-    def _watch_calls(self) -> None:
-        from advisor.capture.calls import CallWatcher
-
-        self.calls = CallWatcher().__enter__()  # a few more steps, watched for torch.save, zero_grad, ...
-
     def measured(self, stopped: bool, ended_early: bool = False) -> dict:
+        self.machine.stop()  # a script that ended within the timed steps: the conditions until then
         return {"kind": self.kind, "steps_seen": self.count, "samples_ms": list(self.samples_ms),
                 "data_wait_ms": list(self.data_wait_ms), "stopped": stopped, "ended_early": ended_early,
                 "warmup_steps": self.warmup, "optimizers": len(self.optimizers), "distributed": distributed(),
-                "evaluations": self.evaluations}
+                "evaluations": self.evaluations,
+                "conditions": self.machine.conditions.model_dump(mode="json") if self.machine.conditions else None}
 
     def finish(self, stopped: bool, ended_early: bool = False, interrupted: bool = False) -> None:
         """Write what the window measured (advisor's own files); when ``stopped``, end the process
@@ -378,11 +334,6 @@ class StepWindow:
             self.write("window.json", {**measured, **extra})
         if stopped:
             stop.stop_now(0, at_boundary=True)
-
-    def _write_calls(self, steps: int) -> None:
-        self.calls.__exit__(None, None, None)
-        self.write("calls.json", {"sites": [site.model_dump() for site in self.calls.sites(self.script, steps)]})
-        self.calls = None
 
     def _synchronize(self) -> None:
         import torch

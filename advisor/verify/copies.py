@@ -20,7 +20,7 @@ from torch.utils._pytree import tree_map
 from advisor.rulekit.engine import RuleSet
 from advisor.rulekit.rule import Finding, FixSpec, NotVerifiable, Verification
 from advisor.verify.compiled import WatchedRewrite, eager_random_in_compiled_code
-from advisor.verify.measure import interleave, verdict
+from advisor.verify.measure import interleave, verdict, why_inconclusive
 from advisor.verify.numerics import compare, gradients_after, outputs_after
 from advisor.verify.orchestrate import measure_fixes
 from advisor.verify.plan import MeasuredFixes
@@ -217,10 +217,13 @@ class _LoaderPipeline:
 
 def _measured(ab, fields: dict, note: str) -> Verification:
     low, high = ab.interval()
+    status = verdict(ab.speedup, (low, high))
+    if status == "inconclusive":
+        note = "; ".join(n for n in (note, why_inconclusive(ab.speedup, (low, high))) if n)
     return Verification(
-        status=verdict((low, high)),
+        status=status,
         speedup=round(ab.speedup, 4), ci_low=round(low, 4), ci_high=round(high, 4),
         baseline_ms=round(statistics.median(ab.baseline_ms), 4),
         candidate_ms=round(statistics.median(ab.candidate_ms), 4),
-        samples=len(ab.baseline_ms), note=note, **fields,
+        samples=len(ab.baseline_ms), note=note, conditions=ab.conditions, **fields,
     )

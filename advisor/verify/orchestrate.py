@@ -8,7 +8,9 @@ from __future__ import annotations
 import time
 from typing import Callable
 
+from advisor.conditions import judge
 from advisor.errors import StageError
+from advisor.report.quality import note_contended_verifications
 from advisor.report.schema import Report
 from advisor.rulekit import severity
 from advisor.rulekit.engine import RuleConfig
@@ -58,16 +60,24 @@ def verify_findings(report: Report, rules: RuleConfig, errors: list[StageError],
     else:
         attach_verification(report, outcome)
         demote_unhelpful(report)
+        note_contended_verifications(report)
 
 
 def demote_unhelpful(report: Report) -> None:
     """A finding whose own fix measured no gain or a loss here is not handed over as a costly item:
     it becomes INFO, says what was measured, leaves the impact ranking (and so the executive
-    summary), and its estimated share is replaced by what the measurement allows."""
+    summary), and its estimated share is replaced by what the measurement allows. Not when the fix
+    was measured under contention: that verdict may be the machine's, so the finding says so instead."""
     for finding in report.findings:
         v = finding.verification
-        if v is not None and v.status in ("no-gain", "slower") and v.speedup is not None:
-            severity.demote(finding)
+        if v is None or v.status not in ("no-gain", "slower") or v.speedup is None:
+            continue
+        if busy := judge(v.conditions):  # the machine, not the fix, may have decided it: kept as it was
+            finding.unreliable = "; ".join(part for part in (
+                finding.unreliable, f"its fix measured {v.status} under contention ({'; '.join(busy)}), so it "
+                                    "was not demoted") if part)
+            continue
+        severity.demote(finding)
     report.findings.sort(key=lambda f: (bool(f.demoted),))  # stable: the ranking otherwise stays
 
 
@@ -86,16 +96,23 @@ def measure_fixes(findings: list[Finding], measure_set: Callable[[list[Finding],
     measured = MeasuredFixes()
     verified: list[Finding] = []
     together = 1 if len(findings) > 1 else 0
+    skipped: list[str] = []
     for index, finding in enumerate(findings):
         if left() < minimum_s():
-            measured.results[finding.id] = Verification(
-                status="skipped", device=device, note=f"verification budget spent (--budget {budget_s:g} s)")
+            skipped.append(finding.id)
             continue
         progress(f"{finding.slug}: measuring its fix against the baseline, alternately")
         outcome = measure_set([finding], max(left() / (len(findings) - index + together), minimum_s()))
         measured.results[finding.id] = outcome
         if outcome.status == "verified":
             verified.append(finding)
+    if skipped:  # what would have measured them: the time spent, plus one minimal measurement each
+        wanted = (time.monotonic() - began) + len(skipped) * minimum_s()
+        for finding_id in skipped:
+            measured.results[finding_id] = Verification(
+                status="skipped", device=device,
+                note=f"verification budget spent (--budget {budget_s:g} s); about --budget {wanted:.0f} would "
+                     f"measure the {len(skipped)} fix(es) skipped")
     if len(verified) > 1 and left() >= minimum_s():
         progress("all verified fixes together, against the baseline, alternately")
         measured.combined = measure_set(verified, left())

@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 import torch
 
+from advisor.conditions import Watch
 from advisor.evidence import Timing
 from advisor.stats import median_half_width, percentile
 
@@ -52,18 +53,21 @@ def time_steps(
     def measure() -> float:
         return timed(step)
     samples: list[float] = []
-    started = time.perf_counter()
-    while len(samples) < max_samples:
-        samples.append(measure())
-        if on_sample is not None:
-            on_sample(len(samples))
-        elapsed = time.perf_counter() - started
-        if len(samples) >= min_samples and elapsed >= min_time_s and (
-                elapsed >= budget_s or median_half_width(samples) <= MEDIAN_PRECISION):
-            break
-        if len(samples) >= MIN_SAMPLES_SLOW and elapsed >= budget_s:
-            break  # a slow step: a few samples within the budget beat a long wait
-    return summarize(samples, timer, warmup)
+    with Watch() as watch:  # what else ran on these CPUs meanwhile: part of the evidence
+        started = time.perf_counter()
+        while len(samples) < max_samples:
+            samples.append(measure())
+            if on_sample is not None:
+                on_sample(len(samples))
+            elapsed = time.perf_counter() - started
+            if len(samples) >= min_samples and elapsed >= min_time_s and (
+                    elapsed >= budget_s or median_half_width(samples) <= MEDIAN_PRECISION):
+                break
+            if len(samples) >= MIN_SAMPLES_SLOW and elapsed >= budget_s:
+                break  # a slow step: a few samples within the budget beat a long wait
+    timing = summarize(samples, timer, warmup)
+    timing.conditions = watch.conditions
+    return timing
 
 
 def timer_for(device: torch.device) -> Callable[[Callable[[], Any]], float]:

@@ -1,0 +1,281 @@
+"""The machine's conditions during a measurement: what else used this process's CPUs, and what limited them.
+
+A number measured while another job holds a core is not the model's number: OpenMP's threads wait for the
+stolen core at every operator, and a step can take many times as long. So every timed window (the audit's
+timing, each verification pair series, the timed steps of ``advisor run``) is bracketed by a ``Watch``,
+which reads, at its start and its end:
+
+- ``/proc/stat``, per CPU this process may run on (its affinity): the busy time of those CPUs, less this
+  process's and its children's own (``/proc/PID/stat``), is other processes' use of them; their steal time
+  is a hypervisor's;
+- every process's CPU time, to name the other processes that used the most;
+- the cgroup's CPU quota (v2 ``cpu.max``, v1 ``cpu.cfs_quota_us``) and its throttled periods;
+- the frequency governor and the current against the maximum clock (``/sys/devices/system/cpu``).
+
+What cannot be read here (no /proc, no cpufreq in a container) is named in ``unreadable``, never guessed.
+``judge`` says whether the figures allow a measurement to be trusted, with one threshold per figure.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+
+from advisor.evidence import MeasurementConditions, OtherProcess
+
+BUSY_SHARE = 0.10  # other processes' CPU time of 10% of this process's CPUs: contended
+STEAL_SHARE = 0.05
+THROTTLED_SHARE = 0.05
+LOW_CLOCK_RATIO = 0.7  # a clock held under 70% of its maximum
+NAMED_MOST = 3
+NAMED_FROM_CORES = 0.05  # a process that used less than 5% of a core is not named
+
+_TICK_S = 1.0 / (os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100)
+_CPUFREQ = "/sys/devices/system/cpu/cpu{}/cpufreq/{}"
+
+
+@dataclass
+class _Snapshot:
+    at: float
+    cpus: dict[int, list[int]] | None  # per CPU: user nice system idle iowait irq softirq steal (ticks)
+    processes: dict[int, tuple[int, int, int, int]]  # pid -> (parent, group, CPU ticks, reaped children's ticks)
+    throttle: tuple[int, int] | None  # (periods, throttled periods) of the cgroup's quota
+    unreadable: list[str] = field(default_factory=list)
+
+
+class Watch:
+    """``with Watch() as watch: ...`` then ``watch.conditions``: the machine over the block; or ``start()``
+    and ``stop()`` where the window spans calls (the timed steps of a script)."""
+
+    def __init__(self) -> None:
+        self.conditions: MeasurementConditions | None = None
+        self._usable = _usable_cpus()
+        self._start: _Snapshot | None = None
+
+    def start(self) -> None:
+        self._start = _snapshot()
+
+    def stop(self) -> None:
+        if self._start is not None:
+            self.conditions = between(self._start, _snapshot(), self._usable)
+            self._start = None
+
+    def __enter__(self) -> "Watch":
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def between(start: _Snapshot, end: _Snapshot, usable: list[int]) -> MeasurementConditions:
+    """The conditions from two readings of the machine, over the CPUs ``usable``."""
+    wall = max(end.at - start.at, 1e-9)
+    conditions = MeasurementConditions(wall_s=round(wall, 4), cores_usable=len(usable),
+                                       unreadable=sorted(set(start.unreadable + end.unreadable)))
+    mine = _family(os.getpid(), end.processes) | _family(os.getpid(), start.processes)
+    used = {pid: ticks - start.processes[pid][2] for pid, (_, _, ticks, _) in end.processes.items()
+            if pid in start.processes}
+    reaped = sum(end.processes[pid][3] - start.processes[pid][3] for pid in mine  # workers that ended meanwhile
+                 if pid in end.processes and pid in start.processes)
+    own_s = (sum(used.get(pid, 0) for pid in mine) + reaped) * _TICK_S
+    conditions.own_cores = round(own_s / wall, 3) if end.processes else None
+    if start.cpus is not None and end.cpus is not None:
+        busy = total = steal = 0
+        for cpu in usable:
+            before, after = start.cpus.get(cpu), end.cpus.get(cpu)
+            if before is None or after is None:
+                continue
+            delta = [b - a for a, b in zip(before, after)]
+            busy += delta[0] + delta[1] + delta[2] + delta[5] + delta[6]
+            steal += delta[7]
+            total += sum(delta)
+        conditions.others_cores = round(max(0.0, busy * _TICK_S - own_s) / wall, 3)
+        conditions.steal_share = round(steal / total, 4) if total else 0.0
+    others = sorted(((ticks, pid) for pid, ticks in used.items() if pid not in mine and ticks > 0), reverse=True)
+    conditions.busiest = [OtherProcess(pid=pid, command=_command(pid), cores=round(ticks * _TICK_S / wall, 3))
+                          for ticks, pid in others[:NAMED_MOST] if ticks * _TICK_S / wall >= NAMED_FROM_CORES]
+    conditions.quota_cores = _quota_cores()
+    if start.throttle is not None and end.throttle is not None:
+        periods = end.throttle[0] - start.throttle[0]
+        conditions.throttled_share = round((end.throttle[1] - start.throttle[1]) / periods, 4) if periods > 0 else 0.0
+    conditions.governor, conditions.clock_ratio = _clocks(usable, conditions.unreadable)
+    return conditions
+
+
+def judge(conditions: MeasurementConditions | None) -> list[str]:
+    """Why a measurement taken under these conditions may not be the model's own number; empty: quiet."""
+    if conditions is None:
+        return []
+    reasons = []
+    share = conditions.others_share
+    if share is not None and share >= BUSY_SHARE:
+        named = ", ".join(f"{p.command} (pid {p.pid}, {p.cores:.2f} cores)" for p in conditions.busiest)
+        reasons.append(f"other processes used {conditions.others_cores:.2f} of this process's "
+                       f"{conditions.cores_usable} CPUs ({share:.0%})" + (f": {named}" if named else ""))
+    if conditions.steal_share is not None and conditions.steal_share >= STEAL_SHARE:
+        reasons.append(f"the hypervisor stole {conditions.steal_share:.0%} of the CPUs' time")
+    if conditions.throttled_share is not None and conditions.throttled_share >= THROTTLED_SHARE:
+        reasons.append(f"the cgroup's CPU quota ({conditions.quota_cores:g} cores) throttled "
+                       f"{conditions.throttled_share:.0%} of its periods")
+    if conditions.clock_ratio is not None and conditions.clock_ratio < LOW_CLOCK_RATIO:
+        reasons.append(f"a CPU ran at {conditions.clock_ratio:.0%} of its maximum clock"
+                       + (f" (governor {conditions.governor})" if conditions.governor else ""))
+    return reasons
+
+
+# --- reading the machine ---------------------------------------------------------------------------
+
+def _snapshot() -> _Snapshot:
+    unreadable: list[str] = []
+    return _Snapshot(at=time.monotonic(), cpus=_cpu_ticks(unreadable), processes=_process_ticks(unreadable),
+                     throttle=_throttle(), unreadable=unreadable)
+
+
+def _usable_cpus() -> list[int]:
+    try:
+        return sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return list(range(os.cpu_count() or 1))
+
+
+def _cpu_ticks(unreadable: list[str]) -> dict[int, list[int]] | None:
+    try:
+        with open("/proc/stat", encoding="ascii") as handle:
+            return parse_proc_stat(handle.read())
+    except OSError as error:
+        unreadable.append(f"/proc/stat ({error.strerror}): other processes' use of the CPUs")
+        return None
+
+
+def parse_proc_stat(text: str) -> dict[int, list[int]]:
+    """Per CPU, its first eight counters (user nice system idle iowait irq softirq steal), in ticks."""
+    cpus = {}
+    for line in text.splitlines():
+        name, _, rest = line.partition(" ")
+        if name.startswith("cpu") and name[3:].isdigit():
+            values = [int(v) for v in rest.split()[:8]]
+            cpus[int(name[3:])] = values + [0] * (8 - len(values))
+    return cpus
+
+
+def _process_ticks(unreadable: list[str]) -> dict[int, tuple[int, int, int, int]]:
+    processes = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError as error:
+        unreadable.append(f"/proc ({error.strerror}): the processes' CPU time")
+        return processes
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", encoding="utf-8", errors="replace") as handle:
+                text = handle.read()
+        except OSError:
+            continue  # ended meanwhile, or not ours to read
+        fields = text[text.rfind(")") + 2:].split()  # the command in parentheses may hold spaces
+        if len(fields) > 14:  # ppid pgrp ... utime stime cutime cstime (proc(5), from the state on)
+            processes[int(name)] = (int(fields[1]), int(fields[2]), int(fields[11]) + int(fields[12]),
+                                    int(fields[13]) + int(fields[14]))
+    return processes
+
+
+def _family(root: int, processes: dict[int, tuple[int, int, int, int]]) -> set[int]:
+    """The job's own processes: ``root``, its process group (torchrun's ranks, the script advisor started) and
+    every descendant of those (a loader's workers). Another job is anything else."""
+    children: dict[int, list[int]] = {}
+    for pid, (parent, _, _, _) in processes.items():
+        children.setdefault(parent, []).append(pid)
+    group = processes[root][1] if root in processes else None
+    found = {root} | {pid for pid, (_, pgid, _, _) in processes.items() if group is not None and pgid == group}
+    pending = list(found)
+    while pending:
+        for child in children.get(pending.pop(), ()):
+            if child not in found:
+                found.add(child)
+                pending.append(child)
+    return found
+
+
+def _command(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            parts = [p.decode(errors="replace") for p in handle.read().split(b"\0") if p]
+    except OSError:
+        parts = []
+    if not parts:
+        return f"pid {pid}"
+    return " ".join(" ".join([os.path.basename(parts[0]), *parts[1:3]]).split())[:80]  # one line: ``-c`` code too
+
+
+def _cgroup_dirs(controller: str) -> list[str]:
+    """This process's cgroup folders for ``controller``, innermost first (a quota binds from any ancestor)."""
+    try:
+        with open("/proc/self/cgroup", encoding="utf-8") as handle:
+            memberships = [line.rstrip("\n").split(":", 2) for line in handle]
+        with open("/proc/self/mounts", encoding="utf-8") as handle:
+            mounts = [line.split() for line in handle]
+    except OSError:
+        return []
+    found = []
+    for _, controllers, path in (m for m in memberships if len(m) == 3):
+        v2 = controllers == ""  # the unified hierarchy: one line "0::/path"
+        for mount in mounts:
+            if len(mount) < 4 or mount[2] != ("cgroup2" if v2 else "cgroup"):
+                continue
+            if not v2 and not (controller in controllers.split(",") and controller in mount[3].split(",")):
+                continue
+            folder, top = os.path.normpath(os.path.join(mount[1], path.lstrip("/"))), os.path.normpath(mount[1])
+            while folder.startswith(top):
+                found.append(folder)
+                if folder == top:
+                    break
+                folder = os.path.dirname(folder)
+    return found
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path, encoding="ascii") as handle:
+            return handle.read().strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _quota_cores() -> float | None:
+    """The tightest CPU quota over this process's cgroup and its ancestors, in cores."""
+    quotas = []
+    for folder in _cgroup_dirs("cpu"):
+        if (v2 := _read(os.path.join(folder, "cpu.max"))) is not None:
+            limit, _, period = v2.partition(" ")
+            if limit != "max" and limit.isdigit() and period.isdigit() and int(period):
+                quotas.append(int(limit) / int(period))
+        quota, period = _read(os.path.join(folder, "cpu.cfs_quota_us")), _read(os.path.join(folder, "cpu.cfs_period_us"))
+        if quota and period and quota.lstrip("-").isdigit() and int(quota) > 0 and period.isdigit() and int(period):
+            quotas.append(int(quota) / int(period))
+    return round(min(quotas), 3) if quotas else None
+
+
+def _throttle() -> tuple[int, int] | None:
+    for folder in _cgroup_dirs("cpu"):
+        text = _read(os.path.join(folder, "cpu.stat"))
+        if not text:
+            continue
+        stat = dict(line.split(" ", 1) for line in text.splitlines() if " " in line)
+        if "nr_periods" in stat and "nr_throttled" in stat and int(stat["nr_periods"]) > 0:
+            return int(stat["nr_periods"]), int(stat["nr_throttled"])
+    return None
+
+
+def _clocks(usable: list[int], unreadable: list[str]) -> tuple[str, float | None]:
+    governor = _read(_CPUFREQ.format(usable[0], "scaling_governor")) if usable else None
+    ratios = []
+    for cpu in usable:
+        current, most = _read(_CPUFREQ.format(cpu, "scaling_cur_freq")), _read(_CPUFREQ.format(cpu, "cpuinfo_max_freq"))
+        if current and most and current.isdigit() and most.isdigit() and int(most):
+            ratios.append(int(current) / int(most))
+    if governor is None and not ratios:
+        unreadable.append("cpufreq (not exposed here): the CPUs' governor and clocks")
+    return governor or "", (round(min(ratios), 3) if ratios else None)

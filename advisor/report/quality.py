@@ -1,0 +1,78 @@
+"""How far a report's measurements can be trusted, judged once from the conditions they were taken in.
+
+The timing window's conditions decide the report's state: *quiet*, *contended* (with the figures and the
+processes named), or *unknown* (nothing was timed here, or /proc could not be read). In a contended run,
+every verdict that rests on a share of the measured step (a finding's impact, a silent rule's margin) is
+marked *unreliable here* instead of being handed over as if the machine had been quiet: a busy core
+stretches each operator, so shares shift and rules fire or fall silent with the load, not the model.
+A fix measured under contention says so beside its verdict (whose interval already carries the noise).
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from advisor.conditions import judge
+from advisor.evidence import Evidence
+from advisor.report.schema import MeasurementQuality, Report
+
+STAGES_DISAGREE = 1.5  # a profiled step this many times faster than the profiler-free one: not the same conditions
+
+
+def measurement_quality(evidence: Evidence) -> MeasurementQuality:
+    conditions = evidence.timing.conditions if evidence.timing is not None else None
+    disagreement = _stages_disagree(evidence)
+    if conditions is None or conditions.others_cores is None:
+        if disagreement:
+            return MeasurementQuality(state="contended", reasons=[disagreement], timing=conditions,
+                                      summary=f"CONTENDED: {disagreement}")
+        return MeasurementQuality(state="unknown", timing=conditions,
+                                  summary="machine load not measured (no timed steps here, or /proc unreadable)")
+    reasons = judge(conditions) + ([disagreement] if disagreement else [])
+    if reasons:
+        return MeasurementQuality(state="contended", reasons=reasons, timing=conditions,
+                                  summary="CONTENDED while the step was timed: " + "; ".join(reasons)
+                                          + ". Shares of the step and the verdicts on them are unreliable here")
+    share = conditions.others_share or 0.0
+    return MeasurementQuality(state="quiet", timing=conditions,
+                              summary=f"quiet: other processes used {conditions.others_cores:.2f} of "
+                                      f"{conditions.cores_usable} CPUs ({share:.0%}) while the step was timed")
+
+
+def _stages_disagree(evidence: Evidence) -> str:
+    """On a CPU, the profiler only adds work: a profiled step much faster than the profiler-free one says the
+    timing ran under other conditions than the trace (a load that came and went), so shares of it mislead."""
+    timing, trace = evidence.timing, evidence.trace
+    if timing is None or trace is None or not trace.steps or evidence.on_cuda or timing.median_ms <= 0:
+        return ""
+    profiled_ms = statistics.median(step.dur for step in trace.steps) / 1000
+    if profiled_ms * STAGES_DISAGREE >= timing.median_ms:
+        return ""
+    return (f"the stages disagree: a profiled step took {profiled_ms:.3g} ms and a profiler-free one "
+            f"{timing.median_ms:.3g} ms, though profiling only adds work, so the timing ran under other conditions")
+
+
+def mark_unreliable(report: Report, hardware_rules: set[str]) -> None:
+    """In a contended run, the verdicts that rest on shares of the step say so; the hardware layer's rules
+    (``hardware_rules``) judge the machine itself, from the very figures that say it was busy."""
+    if report.quality.state != "contended":
+        return
+    why = "measured while " + "; ".join(report.quality.reasons)
+    for finding in report.findings:
+        if finding.slug in hardware_rules:
+            continue
+        if finding.impact is not None or finding.margin is not None:
+            finding.unreliable = why
+    for run in report.rules:
+        if run.status == "silent" and run.margin is not None and run.slug not in hardware_rules:
+            run.unreliable = why
+
+
+def note_contended_verifications(report: Report) -> None:
+    """Each fix whose pairs ran under contention, named with what contended."""
+    report.quality.verifications = []
+    for finding in report.findings:
+        v = finding.verification
+        reasons = judge(v.conditions) if v is not None else []
+        if reasons:
+            report.quality.verifications.append(f"{finding.slug}: " + "; ".join(reasons))
