@@ -4,6 +4,7 @@ never in the middle of a write."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -53,6 +54,10 @@ def _whole_log(folder: Path) -> list[int]:
     return steps
 
 
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
 def test_verification_leaves_the_files_exactly_as_the_audited_run_alone_does(tmp_path):
     alone, verified = _resumable(tmp_path / "alone"), tmp_path / "verified"
     shutil.copytree(alone, verified, copy_function=shutil.copy2)
@@ -61,8 +66,9 @@ def test_verification_leaves_the_files_exactly_as_the_audited_run_alone_does(tmp
     done = subprocess.run(_advisor(verified, "--pairs", "3", "--disable", "missing-amp"), cwd=verified,
                           capture_output=True, text=True, timeout=900)
     assert done.returncode in (0, 1), done.stderr
-    for name in ("ckpt.pt", "metrics.csv"):  # byte for byte what the audited run alone leaves
-        assert (verified / name).read_bytes() == (alone / name).read_bytes(), name
+    for name in ("ckpt.pt", "metrics.csv"):  # byte for byte what the audited run alone leaves (digests: a failure
+        # must not make pytest diff 4 MB of bytes)
+        assert _digest(verified / name) == _digest(alone / name), (name, torch.load(verified / "ckpt.pt")["step"])
     report = json.loads((verified / "reports" / "resume_train.json").read_text())
     window = report["stages"][0]["note"]
     assert "stopped after 36 steps" in window

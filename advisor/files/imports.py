@@ -23,13 +23,12 @@ class _AfterImport(importlib.abc.MetaPathFinder):
             self._finding.discard(name)
         if found is None or found.loader is None or not hasattr(found.loader, "exec_module"):
             return found
-        callbacks = self.callbacks.pop(name)
         load = found.loader.exec_module
 
         def exec_module(module):
             load(module)
-            for callback in callbacks:
-                callback(module)
+            for callback in self.callbacks.pop(name, ()):  # taken when the module runs, not when looked up:
+                callback(module)  # importlib.util.find_spec("torch") alone (sources.py does) must not use them
         found.loader.exec_module = exec_module
         return found
 

@@ -23,7 +23,6 @@ import os
 import time
 from typing import Any
 
-from advisor.conditions import Watch
 from advisor.files import intercept, stop
 from advisor.files.gate import GATE
 from advisor.files.intercept import suspended
@@ -67,6 +66,8 @@ class StepWindow(ProfiledSteps):
         self.data_wait_ms: list[float] = []
         self.waiting = 0.0
         self.journal_spent = 0.0  # the file journal's time when the last step ended
+        from advisor.conditions import Watch  # made once torch is imported: the bootstrap imports little
+
         self.machine = Watch()
         self.profiler = None
         self.step_range = None
