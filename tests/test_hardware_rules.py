@@ -134,9 +134,13 @@ def test_a_busy_loop_pinned_beside_a_measurement_is_seen_and_named():
 def test_a_cgroup_quota_is_read_with_its_throttling():
     import subprocess
 
-    child_code = ("import json, sys; sys.path.insert(0, sys.argv[1]); sys.stdin.readline()\n"
+    # two spinning threads ask for two cores: more than the quota however busy the machine (one thread sharing a
+    # core with another job's may get no more than the quota, and is then never throttled)
+    child_code = ("import json, sys, threading; sys.path.insert(0, sys.argv[1]); sys.stdin.readline()\n"
                   "from contention import spin\nfrom advisor.conditions import Watch\n"
-                  "with Watch() as watch: spin(1.0)\nprint(watch.conditions.model_dump_json())")
+                  "with Watch() as watch:\n"
+                  "    helper = threading.Thread(target=spin, args=(1.0,)); helper.start(); spin(1.0); helper.join()\n"
+                  "print(watch.conditions.model_dump_json())")
     try:
         with cpu_quota(0.5) as procs:
             child = subprocess.Popen([sys.executable, "-c", child_code, str(Path(__file__).parent)],
