@@ -62,8 +62,11 @@ def test_the_ddp_mistakes_and_the_slow_rank_are_found_at_the_scripts_lines(tmp_p
 def test_a_clean_ddp_job_gets_no_finding(tmp_path):
     report = _job(SCRIPTS / "ddp_clean.py", tmp_path)
     assert report.errors == [] and len(report.ranks) == 2
-    # straggler is the one verdict of this machine: a CPU hog slows one of the two ranks, which then is one
-    assert {f.slug for f in report.findings} <= {"straggler"}, [f.message for f in report.findings]
+    # straggler is the one verdict of this machine: a CPU hog slows one of the two ranks, which then is one.
+    # missing-amp's matmul share here is 0.45 against its 0.5 with a noise of 0.055: borderline by its own margin,
+    # so a run may report it (marked borderline, as diff treats it); nothing else may fire
+    clear = {f.slug for f in report.findings if not (f.margin is not None and f.margin.borderline)}
+    assert clear <= {"straggler"}, [f.message for f in report.findings]
 
 
 def test_no_sync_is_injected_into_the_job_and_measured_with_its_numerics(tmp_path):
