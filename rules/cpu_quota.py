@@ -35,7 +35,7 @@ from typing import Iterator
 
 from advisor.conditions import THROTTLED_SHARE
 from advisor.evidence import Evidence
-from advisor.rulekit.fixing import setting, with_switches
+from advisor.rulekit.fixing import with_threads
 from advisor.rulekit.rule import Finding, Fix, Layer, Severity, Threshold, Thresholds, rule
 
 DOCS = ["https://docs.kernel.org/scheduler/sched-bwc.html",
@@ -89,7 +89,4 @@ def _nothing_to_change(finding) -> str | None:
 @check.fix(tolerance=1e-4, what="threads = the quota's cores", expected=_nothing_to_change)
 def fix(target, finding):
     """Run the step with one intra-op thread per core of the quota (reductions split differently: 1e-4)."""
-    import torch
-
-    return with_switches(target, setting(torch.get_num_threads, torch.set_num_threads,
-                                         finding.evidence["suggested_threads"]))
+    return with_threads(target, finding.evidence["suggested_threads"])

@@ -36,7 +36,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from advisor.evidence import Evidence
-from advisor.rulekit.fixing import setting, with_switches
+from advisor.rulekit.fixing import with_threads
 from advisor.rulekit.rule import Finding, Fix, Layer, Severity, Threshold, Thresholds, rule
 
 
@@ -85,10 +85,7 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
 @check.fix(tolerance=1e-4, what="threads = usable cores")
 def fix(target, finding):
     """Run the step with one intra-op thread per usable core (reductions split differently: 1e-4)."""
-    import torch
-
-
     cores = finding.evidence["cores_available"]
     workers = finding.evidence["loader_workers"] if target.device.type == "cpu" else 0
     threads = max(1, cores - workers)
-    return with_switches(target, setting(torch.get_num_threads, torch.set_num_threads, threads))
+    return with_threads(target, threads)

@@ -36,7 +36,7 @@ from typing import Iterator
 
 from advisor.conditions import BUSY_SHARE
 from advisor.evidence import Evidence, Margin
-from advisor.rulekit.fixing import setting, with_switches
+from advisor.rulekit.fixing import with_threads
 from advisor.rulekit.rule import Finding, Fix, Layer, Severity, Threshold, Thresholds, rule
 
 DOCS = ["https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html#utilize-openmp"]
@@ -94,6 +94,4 @@ def _nothing_to_change(finding) -> str | None:
 def fix(target, finding):
     """Run the step with one intra-op thread per core the other processes left free (reductions split
     differently: 1e-4). Measured under the same load, so the verdict says what it gains beside it."""
-    import torch
-
-    return with_switches(target, setting(torch.get_num_threads, torch.set_num_threads, finding.evidence["cores_free"]))
+    return with_threads(target, finding.evidence["cores_free"])

@@ -65,6 +65,13 @@ def setting(get: Callable[[], Any], put: Callable[[Any], None], value: Any) -> C
     return switched
 
 
+def with_threads(target: Any, threads: int) -> Any:
+    """A new Target whose steps run with ``threads`` intra-op threads (the thread-count rules' one fix)."""
+    import torch
+
+    return with_switches(target, setting(torch.get_num_threads, torch.set_num_threads, threads))
+
+
 def silenced(owner: Any, name: str, result: Any = None) -> Callable[[], contextlib.AbstractContextManager]:
     """Replace the function ``owner.name`` by one that does nothing and returns ``result``.
 
