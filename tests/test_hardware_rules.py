@@ -216,3 +216,36 @@ def test_a_timing_the_trace_contradicts_is_caught_and_never_a_quiet_run():
                                                          "conditions": recorded("quiet")})
     quality = measurement_quality(evidence)
     assert quality.state == "contended" and "the stages disagree: a profiled step took" in quality.summary
+
+
+def test_verification_baselines_far_from_the_timing_stage_say_which_stage_was_busy():
+    """The unchanged step, timed again beside each fix, against the timing stage's step: 3x apart, with the
+    fix's pairs recorded beside a busy-loop, the report names that verification and marks the shares; within
+    the spread, or a loader verification (a chunk of batches, another unit), nothing is said."""
+    from advisor.report.quality import note_disagreeing_baselines
+    from advisor.rulekit.rule import Verification
+
+    def verified(report, baseline_ms: float, conditions: str, timed: str = "step") -> None:
+        finding = next(f for f in report.findings if f.slug == "kernel-storm")
+        finding.verification = Verification(status="verified", speedup=1.5, ci_low=1.4, ci_high=1.6,
+                                            baseline_ms=baseline_ms, candidate_ms=baseline_ms / 1.5, samples=10,
+                                            timed=timed, conditions=recorded(conditions))
+
+    def report_quietly_timed():
+        evidence = saved_evidence("kernel_storm").model_copy()
+        evidence.timing = evidence.timing.model_copy(update={"conditions": recorded("quiet")})
+        return assemble_report(Gathered(evidence=evidence), RuleConfig.load())
+
+    hardware = {"shared-machine", "steal-time", "cpu-quota", "cpu-threads"}
+    apart = report_quietly_timed()
+    step_ms = apart.timing.median_ms
+    verified(apart, step_ms * 3, "busy_loop")
+    note_disagreeing_baselines(apart, hardware)
+    assert apart.quality.state == "contended" and "the stages disagree: the timing stage measured" in apart.quality.summary
+    assert "the verification of kernel-storm ran under contention" in apart.quality.summary
+    assert all(f.unreliable for f in apart.findings if f.impact is not None and f.slug not in hardware)
+    for baseline_ms, timed in ((step_ms * 1.2, "step"), (step_ms * 3, "loader chunk")):
+        close = report_quietly_timed()
+        verified(close, baseline_ms, "quiet", timed)
+        note_disagreeing_baselines(close, hardware)
+        assert close.quality.state == "quiet" and not any(f.unreliable for f in close.findings), timed

@@ -6,6 +6,11 @@ every verdict that rests on a share of the measured step (a finding's impact, a 
 marked *unreliable here* instead of being handed over as if the machine had been quiet: a busy core
 stretches each operator, so shares shift and rules fire or fall silent with the load, not the model.
 A fix measured under contention says so beside its verdict (whose interval already carries the noise).
+
+The stages check each other: a profiled step much faster than the profiler-free one, or verification
+baselines (the unchanged model, timed again beside each fix) far from the timing stage's step, say that the
+stages ran under different conditions. The report names which stage was seen contended, and the shares
+of a step time the other stages contradict are marked unreliable as under contention.
 """
 
 from __future__ import annotations
@@ -16,7 +21,10 @@ from advisor.conditions import judge
 from advisor.evidence import Evidence
 from advisor.report.schema import MeasurementQuality, Report
 
-STAGES_DISAGREE = 1.5  # a profiled step this many times faster than the profiler-free one: not the same conditions
+STAGES_DISAGREE = 1.5  # one stage's step this many times the other's: not the same conditions
+# Steps shorter than this vary with what ran just before them (the candidate interleaved with a baseline
+# evicts its caches): their baselines are not held against the timing stage.
+MIN_COMPARABLE_MS = 1.0
 
 
 def measurement_quality(evidence: Evidence) -> MeasurementQuality:
@@ -76,3 +84,49 @@ def note_contended_verifications(report: Report) -> None:
         reasons = judge(v.conditions) if v is not None else []
         if reasons:
             report.quality.verifications.append(f"{finding.slug}: " + "; ".join(reasons))
+
+
+def note_disagreeing_baselines(report: Report, hardware_rules: set[str]) -> None:
+    """After verification: the baselines (the unchanged step, timed beside each fix) against the timing
+    stage's step. Where they differ by STAGES_DISAGREE or more, the report says by how much and which stage
+    ran while the machine was busy, and the shares of the timed step are marked unreliable."""
+    timing = report.timing
+    if timing is None or not timing.samples_ms or timing.median_ms < MIN_COMPARABLE_MS:
+        return
+    comparable = {"step": timing.median_ms, "run": statistics.fmean(timing.samples_ms)}
+    apart = []
+    for finding in report.findings:
+        v = finding.verification
+        if v is None or not v.baseline_ms or v.timed not in comparable:
+            continue
+        ratio = v.baseline_ms / comparable[v.timed]
+        if max(ratio, 1 / ratio) >= STAGES_DISAGREE:
+            apart.append((finding.slug, v))
+    if not apart:
+        return
+    reason = _baselines_reason(timing, apart)
+    report.quality.reasons.append(reason)
+    if report.quality.state != "contended":
+        report.quality.state = "contended"
+        report.quality.summary = (f"CONTENDED: {reason}. Shares of the step and the verdicts on them are "
+                                  "unreliable here")
+    else:
+        report.quality.summary += f"; {reason}"
+    mark_unreliable(report, hardware_rules)
+
+
+def _baselines_reason(timing, apart: list) -> str:
+    slugs = ", ".join(slug for slug, _ in apart)
+    baseline_ms = statistics.median(v.baseline_ms for _, v in apart)
+    busy_timing = judge(timing.conditions)
+    busy_pairs = [slug for slug, v in apart if judge(v.conditions)]
+    if busy_timing and not busy_pairs:
+        which = "the timing stage ran while " + "; ".join(busy_timing)
+    elif busy_pairs and not busy_timing:
+        which = "the verification of " + ", ".join(busy_pairs) + " ran under contention"
+    elif busy_pairs:
+        which = "both ran under contention"
+    else:
+        which = "neither was seen contended (a load shorter than a stage, or a step whose time drifts)"
+    return (f"the stages disagree: the timing stage measured {timing.median_ms:.3g} ms a step, the baselines "
+            f"timed beside the fixes of {slugs} {baseline_ms:.3g} ms; {which}")

@@ -159,6 +159,7 @@ class RunVerifier:
         return Verification(status=status, speedup=round(ab.speedup, 4), ci_low=round(low, 4),
                             ci_high=round(high, 4), baseline_ms=round(statistics.median(ab.baseline_ms), 4),
                             candidate_ms=round(statistics.median(ab.candidate_ms), 4), samples=len(base.windows),
+                            timed="run with data" if with_data else "run",
                             note="; ".join(n for n in notes if n), compile_s=compiling, **errors)
 
     @staticmethod

@@ -187,7 +187,7 @@ def _verify_loader(target: Target, candidate: Target, budget: Budget,
     finally:
         base.close()
         cand.close()
-    return _measured(ab, {"device": device},
+    return _measured(ab, {"device": device, "timed": "loader chunk"},
                      note=f"time for {LOADER_CHUNK} batches (loading + step) each sample; the model step is "
                           f"unchanged, only the loader's settings ({candidate.loader_options}) differ")
 

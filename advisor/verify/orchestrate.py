@@ -10,11 +10,11 @@ from typing import Callable
 
 from advisor.conditions import judge
 from advisor.errors import StageError
-from advisor.report.quality import note_contended_verifications
+from advisor.report.quality import note_contended_verifications, note_disagreeing_baselines
 from advisor.report.schema import Report
 from advisor.rulekit import severity
 from advisor.rulekit.engine import RuleConfig
-from advisor.rulekit.rule import Finding, Verification
+from advisor.rulekit.rule import Finding, Layer, Verification
 from advisor.verify.plan import MeasuredFixes, plan_verification
 
 
@@ -61,6 +61,7 @@ def verify_findings(report: Report, rules: RuleConfig, errors: list[StageError],
         attach_verification(report, outcome)
         demote_unhelpful(report)
         note_contended_verifications(report)
+        note_disagreeing_baselines(report, {rule.slug for rule in rules.ruleset.rules if rule.layer == Layer.HARDWARE})
 
 
 def demote_unhelpful(report: Report) -> None:

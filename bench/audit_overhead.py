@@ -1,0 +1,83 @@
+"""What ``advisor audit --no-verify`` costs against a bare run of the same steps, whole processes, alternating.
+
+Run by hand (not by the tests), on a quiet machine. For each sample, one audit first says how many steps
+it ran (the timing stage's warm-up and timed steps, the trace stage's two warm-ups, two unlabelled and
+its profiled steps, one step each for calls and FLOPs); a bare script generated for the sample then runs
+that many steps of the same model, optimizer and inputs: the model file's protocol, loaded and stepped by
+``advisor.workload`` as the audit's child does, and nothing else (no profiler, no graph, no reports).
+Then ``--repeats`` pairs run alternately, audit and bare, and the table prints the medians, their ratio
+(issue 26's goal: at most 1.5x) and the audit's stage times from its report.
+
+    python bench/audit_overhead.py [--samples gpt_block,kernel_storm] [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import statistics
+import sys
+import tempfile
+
+from whole_process import ROOT, compile_sources, measured
+
+BARE = """import sys, time
+sys.path.insert(0, {root!r})
+import torch
+from advisor.workload.target import load_target
+from advisor.workload.step import make_step, synchronize
+target = load_target({model!r})
+step = make_step(target, *target.fresh())
+for _ in range({steps}):
+    step()
+synchronize(target.device)
+"""
+DEFAULT_SAMPLES = "gpt_block,kernel_storm,missing_amp,non_contiguous,resnet_style"
+# steps the trace stage runs beside its profiled ones (capture/profile.py: 2 warm-up, 2 unlabelled),
+# and one each for the calls and FLOPs stages
+TRACE_EXTRA_STEPS, OTHER_STAGE_STEPS = 4, 2
+
+
+def audit_command(model: str, out: str) -> list[str]:
+    return [sys.executable, "-m", "advisor", "audit", model, "--no-verify", "--format", "json", "--out", out]
+
+
+def steps_and_stages(out: str) -> tuple[int, dict[str, float]]:
+    report = json.load(open(glob.glob(os.path.join(out, "*.json"))[0]))
+    timing, trace = report.get("timing") or {}, report.get("trace") or {}
+    steps = (timing.get("warmup_steps", 0) + len(timing.get("samples_ms", [])) + trace.get("steps_profiled", 0)
+             + TRACE_EXTRA_STEPS + OTHER_STAGE_STEPS)
+    return steps, {stage["stage"]: stage["seconds"] for stage in report["stages"]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--samples", default=DEFAULT_SAMPLES)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    compile_sources()
+    print(f"{'sample':16} {'steps':>5} {'audit s':>8} {'bare s':>7} {'ratio':>6}  audit stages (s)")
+    for sample in args.samples.split(","):
+        model = os.path.join(ROOT, "samples", f"{sample}.py")
+        with tempfile.TemporaryDirectory() as scratch:
+            out = os.path.join(scratch, "reports")
+            measured(audit_command(model, out))
+            steps, _ = steps_and_stages(out)
+            bare = os.path.join(scratch, "bare.py")
+            with open(bare, "w") as handle:
+                handle.write(BARE.format(root=ROOT, model=model, steps=steps))
+            audits, bares, stages = [], [], []
+            for _ in range(args.repeats):
+                audits.append(measured(audit_command(model, out))[0])
+                stages.append(steps_and_stages(out)[1])
+                bares.append(measured([sys.executable, bare])[0])
+        audit_s, bare_s = statistics.median(audits), statistics.median(bares)
+        breakdown = " ".join(f"{name} {statistics.median(s[name] for s in stages):.2f}" for name in stages[0]
+                             if statistics.median(s[name] for s in stages) >= 0.05)
+        print(f"{sample:16} {steps:5d} {audit_s:8.2f} {bare_s:7.2f} {audit_s / bare_s:5.2f}x  {breakdown}")
+
+
+if __name__ == "__main__":
+    main()
