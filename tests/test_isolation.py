@@ -42,6 +42,23 @@ def test_a_hanging_step_is_stopped_at_the_timeout_and_not_run_again(tmp_path):
 
 
 @pytest.mark.slow
+def test_a_stop_awaits_only_the_users_writes_not_advisors_control_pipe(tmp_path):
+    """A child advisor stops waits for the writes in flight (files.gate): the pipe it reports on is open from
+    start to end and is no write of the user's (awaited, it held every stopped child 10 s, FILE_GRACE_S)."""
+    path = write_model(tmp_path, """
+        import os, torch
+        from advisor.files.gate import GATE
+        def get_model():
+            print("AWAITED", sorted(str(getattr(h, "name", h)) for h in GATE.writers if not h.closed))
+            return torch.nn.Linear(2, 2)
+        def get_inputs(): return torch.ones(1, 2)
+    """)
+    result = audit(path, tmp_path / "out")
+    [line] = [text for text in result.report.output.stdout.splitlines() if text.startswith("AWAITED")]
+    assert line == "AWAITED []", line
+
+
+@pytest.mark.slow
 def test_a_hang_on_import_is_a_load_timeout(tmp_path):
     path = write_model(tmp_path, "import time\ntime.sleep(3600)\n")
     result = audit(path, tmp_path / "out", timeout=4)

@@ -68,10 +68,15 @@ def test_non_contiguous_names_the_permute_and_recommends_channels_last(sample_au
 
 @pytest.mark.slow
 def test_non_contiguous_threshold_silences_it(sample_audit):
+    """A threshold set above the share this run measured silences the rule, one below it keeps it: the share
+    itself is the machine's (47% of the step on a quiet run; a load during the trace stage alone took it to 100%)."""
     ev = sample_audit("non_contiguous").evidence
     ruleset = load_rules()
-    findings, _ = run_rules(ruleset, ev, parse_settings(ruleset, ["non-contiguous.min_share=0.9"]))
-    assert not [f for f in findings if f.slug == "non-contiguous"]
+    [default] = [f for f in run_rules(ruleset, ev)[0] if f.slug == "non-contiguous"]
+    share = default.margin.value
+    for threshold, fires in ((share + 0.01, False), (share / 2, True)):
+        findings, _ = run_rules(ruleset, ev, parse_settings(ruleset, [f"non-contiguous.min_share={threshold}"]))
+        assert bool([f for f in findings if f.slug == "non-contiguous"]) == fires, (threshold, share)
 
 
 # ---- kernel-storm ---------------------------------------------------------------------------

@@ -24,7 +24,8 @@ class Channel:
     """The stage events, as JSON lines on the control pipe; results go to files in the workdir."""
 
     def __init__(self, fd: int, workdir: str):
-        self._out = os.fdopen(fd, "w", buffering=1, encoding="utf-8", closefd=True)
+        with suspended():  # advisor's own pipe: held open all along, it is no write of the user's to wait for
+            self._out = os.fdopen(fd, "w", buffering=1, encoding="utf-8", closefd=True)
         self._workdir = workdir
 
     def send(self, kind: str, **data: Any) -> None:
