@@ -127,6 +127,21 @@ def only_finding(result: AuditResult, slug: str):
     return found[0]
 
 
+def share_finding(result: AuditResult, slug: str):
+    """The one finding of ``slug``, a verdict on a share of the step, or None where the run was measured on a
+    contended machine and the rule fell silent: a busy core stretches each operator, so shares move with the
+    load. Its silence must then say so (its margin marked unreliable in a contended report); on a quiet
+    machine nothing but the finding passes."""
+    found = [f for f in result.report.findings if f.slug == slug]
+    if found:
+        assert len(found) == 1, [f.slug for f in result.report.findings]
+        return found[0]
+    run = next(r for r in result.report.rules if r.slug == slug)
+    assert result.report.quality.state == "contended" and run.unreliable, (
+        f"{slug} silent on a {result.report.quality.state} run", run, [f.slug for f in result.report.findings])
+    return None
+
+
 def check_rule(slug: str, evidence) -> list:
     """One built-in rule over some evidence, with its default thresholds."""
     from advisor.rulekit.engine import load_rules, thresholds_for

@@ -314,8 +314,9 @@ def _library_lines(report) -> list[str]:
 
 def test_a_gpt_trainer_with_long_accumulation_and_an_evaluation_first_is_read_as_training(tmp_path):
     script = SCRIPTS / "gpt_trainer.py"  # 40 micro-steps per optimizer step; 2 x 5 evaluation forwards first
+    # a step count, not a time budget: 40 micro-steps a step took 19 s beside a busy-loop, past the default 300 s
     report = _run(script, tmp_path / "out", f"--data_dir={tmp_path / 'data'}", warmup_steps=2, steps=4,
-                  profile_steps=2).report
+                  profile_steps=2, timeout=3600).report
     assert report.errors == [] and report.target.mode == "train" and report.target.optimizer == "AdamW"
     assert report.target.model_class == "GPT" and len(report.timing.samples_ms) == 4
     assert "a step ended at each optimizer step" in report.stages[0].note

@@ -21,6 +21,7 @@ from conftest import (
     check_rule,
     line_of,
     only_finding,
+    share_finding,
     shared_trace,
     slugs,
     verify_fix,
@@ -206,12 +207,14 @@ def test_data_parallel_wrapper(sample_audit):
 
 @pytest.mark.slow
 def test_single_tensor_optimizer_and_the_fused_fix(sample_audit):
-    finding = only_finding(sample_audit("per_tensor_adam"), "optimizer-foreach")
+    assert "optimizer-foreach" not in slugs(sample_audit("train_with_loader"))  # 4 tensors: nothing to batch
+    finding = share_finding(sample_audit("per_tensor_adam"), "optimizer-foreach")
+    if finding is None:
+        return  # measured beside another job: silent, and marked unreliable (share_finding)
     assert finding.evidence["param_tensors"] == 48 and finding.evidence["suggested"] == "fused"
     assert finding.evidence["share_of_step"] >= 0.05
     verdict = verify_sample("per_tensor_adam", finding, "optimizer-foreach")
     assert verdict.status != "numerics-failed" and verdict.max_rel_error is not None
-    assert "optimizer-foreach" not in slugs(sample_audit("train_with_loader"))  # 4 tensors: nothing to batch
 
 
 @pytest.mark.slow
