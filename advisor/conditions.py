@@ -10,7 +10,9 @@ which reads, at its start and its end:
   is a hypervisor's;
 - every process's CPU time, to name the other processes that used the most;
 - the cgroup's CPU quota (v2 ``cpu.max``, v1 ``cpu.cfs_quota_us``) and its throttled periods;
-- the frequency governor and the current against the maximum clock (``/sys/devices/system/cpu``).
+- the frequency governor and the current against the maximum clock (``/sys/devices/system/cpu``);
+- on CUDA, at the end, the GPUs the job uses: clocks and throttle reasons, the PCIe link, the other processes
+  on the device, persistence, MIG and ECC (``advisor/gpu_state.py``).
 
 What cannot be read here (no /proc, no cpufreq in a container) is named in ``unreadable``, never guessed.
 ``judge`` says whether the figures allow a measurement to be trusted, with one threshold per figure.
@@ -22,12 +24,14 @@ import os
 import time
 from dataclasses import dataclass, field
 
-from advisor.evidence import MeasurementConditions, OtherProcess
+from advisor.gpu_state import read_gpus
+from advisor.machine_state import MeasurementConditions, OtherProcess
 
 BUSY_SHARE = 0.10  # other processes' CPU time of 10% of this process's CPUs: contended
 STEAL_SHARE = 0.05
 THROTTLED_SHARE = 0.05
 LOW_CLOCK_RATIO = 0.7  # a clock held under 70% of its maximum
+GPU_LOW_CLOCK_RATIO = 0.85  # a GPU's SM clock under 85% of its maximum, with a throttle reason active
 NAMED_MOST = 3
 NAMED_FROM_CORES = 0.05  # a process that used less than 5% of a core is not named
 
@@ -58,7 +62,9 @@ class Watch:
 
     def stop(self) -> None:
         if self._start is not None:
-            self.conditions = between(self._start, _snapshot(), self._usable)
+            end = _snapshot()
+            self.conditions = between(self._start, end, self._usable)
+            self.conditions.gpus = read_gpus(_family(os.getpid(), end.processes), self.conditions.unreadable)
             self._start = None
 
     def __enter__(self) -> "Watch":
@@ -122,6 +128,14 @@ def judge(conditions: MeasurementConditions | None) -> list[str]:
     if conditions.clock_ratio is not None and conditions.clock_ratio < LOW_CLOCK_RATIO:
         reasons.append(f"a CPU ran at {conditions.clock_ratio:.0%} of its maximum clock"
                        + (f" (governor {conditions.governor})" if conditions.governor else ""))
+    for gpu in conditions.gpus:
+        ratio = gpu.clock_ratio
+        if ratio is not None and ratio < GPU_LOW_CLOCK_RATIO and gpu.throttle_reasons:
+            reasons.append(f"GPU {gpu.index} ran at {ratio:.0%} of its maximum SM clock "
+                           f"({', '.join(gpu.throttle_reasons)})")
+        if gpu.others:
+            reasons.append(f"GPU {gpu.index} was shared with {len(gpu.others)} other process(es): "
+                           + ", ".join(f"{p.command or '?'} (pid {p.pid})" for p in gpu.others))
     return reasons
 
 

@@ -11,6 +11,7 @@ import linecache
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
+from advisor.machine_state import MeasurementConditions
 from advisor.records import Field, Record
 from advisor.trace.parse import Trace
 from advisor.trace.ranks import RankTrace
@@ -120,35 +121,6 @@ class Environment(Record):
         default=None, description="measured host time of one trivial eager op (per-op overhead floor)")
     memory_bandwidth_gbs: float | None = Field(default=None, description="measured copy bandwidth (64 MB buffer)")
     matmul_gflops: float | None = Field(default=None, description="measured fp32 matmul speed (512x512x512)")
-
-
-class OtherProcess(Record):  # one that used this process's CPUs while it was measured
-    pid: int
-    command: str
-    cores: float = Field(description="CPU time over the window's wall time: 1.0 is one core, all the time")
-
-
-class MeasurementConditions(Record):
-    """What else the machine did while a measurement ran (``advisor/conditions.py``): the CPU time other
-    processes used, steal, the cgroup quota and its throttling, the process's own CPU, the clocks."""
-
-    wall_s: float
-    cores_usable: int = Field(description="CPUs this process may run on (its affinity)")
-    others_cores: float | None = Field(default=None, description="other processes' CPU time on those CPUs over "
-                                                                "the wall time, in cores; None: /proc unreadable")
-    steal_share: float | None = Field(default=None, description="share of those CPUs' time a hypervisor took")
-    own_cores: float | None = Field(default=None, description="this process and its children: CPU over wall")
-    quota_cores: float | None = Field(default=None, description="the cgroup CPU quota in cores; None: none set")
-    throttled_share: float | None = Field(default=None, description="share of the quota's periods throttled")
-    governor: str = Field(default="", description="CPU frequency governor; empty: not readable here")
-    clock_ratio: float | None = Field(default=None, description="lowest current/max clock over those CPUs")
-    busiest: list[OtherProcess] = Field(default_factory=list, description="the other processes that used most")
-    unreadable: list[str] = Field(default_factory=list, description="what could not be read here, and why")
-
-    @property
-    def others_share(self) -> float | None:
-        """Other processes' CPU time as a share of this process's CPUs."""
-        return None if self.others_cores is None or not self.cores_usable else self.others_cores / self.cores_usable
 
 
 class Timing(Record):

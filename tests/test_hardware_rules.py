@@ -18,7 +18,8 @@ from contention import busy_loop, cpu_quota, spin
 from evidence_fixtures import saved_evidence
 
 from advisor.conditions import Watch, _Snapshot, between, judge, parse_proc_stat
-from advisor.evidence import Environment, Evidence, MeasurementConditions, TargetInfo, Timing
+from advisor.evidence import Environment, Evidence, TargetInfo, Timing
+from advisor.machine_state import MeasurementConditions
 from advisor.report.assembly import assemble_report
 from advisor.report.gathered import Gathered
 from advisor.rulekit.engine import RuleConfig, load_rules, run_rules
@@ -28,7 +29,10 @@ from conftest import audit
 CONDITIONS = Path(__file__).parent / "data" / "conditions"
 # each hardware rule's positive: conditions recorded for real, or /proc/stat as a VM writes it
 RECORDED_POSITIVES = {"shared-machine": "busy_loop.json", "cpu-quota": "quota.json",
-                      "steal-time": "test_steal_is_read_from_the_hypervisors_column_of_proc_stat"}
+                      "steal-time": "test_steal_is_read_from_the_hypervisors_column_of_proc_stat",
+                      # nvidia-smi logs as it writes them (tests/test_gpu_state.py)
+                      "gpu-throttled": "gpu/throttled_narrow_shared.xml", "gpu-shared": "gpu/throttled_narrow_shared.xml",
+                      "pcie-link-degraded": "gpu/throttled_narrow_shared.xml"}
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 
 

@@ -86,7 +86,7 @@ def test_the_budget_picks_the_largest_batch_whose_p99_meets_it_and_flags_a_borde
 def test_latency_measured_beside_another_job_is_marked_and_never_a_change_for_diff():
     import json
 
-    from advisor.evidence import MeasurementConditions
+    from advisor.machine_state import MeasurementConditions
 
     recorded = Path(__file__).parent / "data" / "conditions"
     busy = MeasurementConditions.model_validate(json.loads((recorded / "busy_loop.json").read_text()))

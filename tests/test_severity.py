@@ -110,7 +110,7 @@ def test_a_fix_measured_slower_under_contention_is_not_demoted_and_says_why():
     import json
     from pathlib import Path
 
-    from advisor.evidence import MeasurementConditions
+    from advisor.machine_state import MeasurementConditions
 
     recorded = Path(__file__).parent / "data" / "conditions"
     busy = MeasurementConditions.model_validate(json.loads((recorded / "busy_loop.json").read_text()))

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from advisor.evidence import Location, MeasurementConditions
+from advisor.evidence import Location
+from advisor.machine_state import MeasurementConditions
 from advisor.records import Field, Record
 
 CheckStatus = Literal["pass", "warn", "fail", "skipped"]

@@ -21,7 +21,7 @@ from typing import Any, Callable
 import torch
 
 from advisor.conditions import Watch
-from advisor.evidence import MeasurementConditions
+from advisor.machine_state import MeasurementConditions
 from advisor.stats import ratio_median_interval
 from advisor.workload.timing import timer_for
 
