@@ -71,7 +71,7 @@ def parse_nvidia_smi_xml(text: str, own_pids: set[int], uuids: set[str], unreada
         return []
     states = []
     for index, gpu in enumerate(root.iter("gpu")):
-        pids = [(_int(p.findtext("pid")), p.findtext("process_name") or "", _mib(p.findtext("used_memory")))
+        pids = [(_int(p.findtext("pid")), p.findtext("process_name") or "", _quantity(p.findtext("used_memory"), "MiB"))
                 for p in gpu.iter("process_info") if (p.findtext("type") or "C") != "G"]
         uuid = _bare_uuid(gpu.findtext("uuid") or "")
         if not _ours(pids, own_pids, uuid, uuids):
@@ -89,7 +89,8 @@ def parse_nvidia_smi_xml(text: str, own_pids: set[int], uuids: set[str], unreada
         state = GpuState(
             index=index,  # nvidia-smi lists the GPUs in NVML's index order
             name=gpu.findtext("product_name") or "", source="nvidia-smi",
-            sm_clock_mhz=_mhz(gpu.findtext("clocks/sm_clock")), max_sm_clock_mhz=_mhz(gpu.findtext("max_clocks/sm_clock")),
+            sm_clock_mhz=_quantity(gpu.findtext("clocks/sm_clock"), "MHz"),
+            max_sm_clock_mhz=_quantity(gpu.findtext("max_clocks/sm_clock"), "MHz"),
             throttle_reasons=reasons,
             pcie_gen=_int(link.findtext("pcie_gen/current_link_gen")) if link is not None else None,
             max_pcie_gen=_int(link.findtext("pcie_gen/max_link_gen")) if link is not None else None,
@@ -191,18 +192,11 @@ def _int(text: str | None) -> int | None:
     return int(digits) if digits.isdigit() else None
 
 
-def _mhz(text: str | None) -> float | None:
+def _quantity(text: str | None, unit: str) -> float | None:
+    """``"1410 MHz"`` -> 1410.0 for unit MHz; None for "N/A" or another unit."""
     parts = (text or "").split()
     try:
-        return float(parts[0]) if parts and parts[-1] == "MHz" else None
-    except ValueError:
-        return None
-
-
-def _mib(text: str | None) -> float | None:
-    parts = (text or "").split()
-    try:
-        return float(parts[0]) if parts and parts[-1] == "MiB" else None
+        return float(parts[0]) if len(parts) == 2 and parts[1] == unit else None
     except ValueError:
         return None
 
