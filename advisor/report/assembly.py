@@ -37,7 +37,7 @@ def assemble_report(gathered: Gathered, rules: RuleConfig, verification: Verific
         report.findings, problems = rules.run(evidence, report.rules)
         report.rule_problems += [RuleProblemRecord(source=p.source, message=p.message) for p in problems]
     report.quality = measurement_quality(evidence)
-    mark_unreliable(report, {rule.slug for rule in rules.ruleset.rules if rule.layer == Layer.HARDWARE})
+    mark_unreliable(report, rules.ruleset.slugs_of(Layer.HARDWARE))
     report.performance = summarize_performance(evidence)
     if evidence.trace is not None:
         report.trace = summarize_trace(evidence.trace)

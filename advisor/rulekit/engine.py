@@ -19,7 +19,7 @@ from typing import Iterable
 from advisor.evidence import Evidence, Margin
 from advisor.rulekit import severity
 from advisor.rulekit.needs import missing
-from advisor.rulekit.rule import Finding, Rule, RuleRun, Severity, Thresholds
+from advisor.rulekit.rule import Finding, Layer, Rule, RuleRun, Severity, Thresholds
 from advisor.rulekit.thresholds import SettingError, setting_value
 from advisor.sources import is_library_path
 from advisor.trace.gc_pause import gc_paused
@@ -44,6 +44,9 @@ class RuleSet:
 
     def get(self, slug: str) -> Rule | None:
         return next((r for r in self.rules if r.slug == slug), None)
+
+    def slugs_of(self, layer: Layer) -> set[str]:
+        return {r.slug for r in self.rules if r.layer == layer}
 
     def add_from_module(self, module: object, source: str) -> None:
         found = [value for value in vars(module).values() if isinstance(value, Rule)]

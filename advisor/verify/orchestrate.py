@@ -61,7 +61,7 @@ def verify_findings(report: Report, rules: RuleConfig, errors: list[StageError],
         attach_verification(report, outcome)
         demote_unhelpful(report)
         note_contended_verifications(report)
-        note_disagreeing_baselines(report, {rule.slug for rule in rules.ruleset.rules if rule.layer == Layer.HARDWARE})
+        note_disagreeing_baselines(report, rules.ruleset.slugs_of(Layer.HARDWARE))
 
 
 def demote_unhelpful(report: Report) -> None:
