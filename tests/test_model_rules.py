@@ -320,12 +320,14 @@ def test_needed_copies_and_autocast_casts_are_not_redundant(tmp_path, sample_aud
 
 @pytest.mark.slow
 def test_constants_rebuilt_every_step(sample_audit):
-    finding = only_finding(sample_audit("constant_masks"), "tensor-creation-in-step")
+    finding = share_finding(sample_audit("constant_masks"), "tensor-creation-in-step")
+    assert "tensor-creation-in-step" not in slugs(sample_audit("manual_attention"))  # a registered buffer
+    if finding is None:
+        return  # measured beside another job: silent, and marked unreliable (share_finding)
     path = SAMPLES / "constant_masks.py"
     assert [loc.line for loc in finding.locations] == [line_of(path, "torch.arange(T)"), line_of(path, "torch.triu(")]
     assert finding.evidence["elements"] == 512 + 512 * 512  # position ids and the mask, as used
     assert finding.evidence["share_of_step"] >= 0.02
-    assert "tensor-creation-in-step" not in slugs(sample_audit("manual_attention"))  # a registered buffer
 
 
 @pytest.mark.slow
