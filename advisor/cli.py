@@ -1,60 +1,32 @@
-"""The command line: ``advisor audit``, ``run``, ``ready``, ``analyze``, ``diff``, ``rules [explain SLUG]``."""
+"""The command line: ``advisor audit``, ``run``, ``ready``, ``analyze``, ``diff``, ``fix``, ``rules [explain SLUG]``."""
 
 from __future__ import annotations
 
 import os
 import sys
-import traceback
 
 import click
 
+from advisor.cli_common import (
+    EXIT_FAILED,
+    PAIRS_HELP,
+    SHADOW_LIMIT_HELP,
+    check_model_file,
+    fail,
+    formats_of,
+    model_file_options,
+    report_options,
+)
+from advisor.cli_fix import fix
 from advisor.commands.analyze import AnalyzeOptions, run_analyze
 from advisor.errors import stop_name, stop_on_signals
 from advisor.report.terminal import print_problems, print_summary
-from advisor.report.write import FORMATS, write_reports
+from advisor.report.write import write_reports
 from advisor.rulekit import severity
 from advisor.rulekit.engine import load_rules
-from advisor.rulekit.rule import Severity
 from advisor.rulekit.thresholds import SettingError, with_settings
 from advisor.trace.gc_pause import gc_paused
 from advisor.version import __version__
-
-EXIT_FAILED = 2
-PAIRS_HELP = ("Measure each fix with exactly N interleaved baseline/candidate pairs, however long it takes, "
-              "instead of within --budget (the same work on any machine, for CI).")
-SHADOW_LIMIT_HELP = ("Most an experiment run's shadow of your files may hold, and the copies kept of what the audited "
-                     "run changes [default: a third of the scratch folder's free space].")
-
-
-def _fail(message: str, debug: bool = False) -> None:
-    click.echo(f"advisor: {message}", err=True)
-    if debug:
-        traceback.print_exc()
-    sys.exit(EXIT_FAILED)
-
-
-def _formats(value: str) -> tuple[str, ...]:
-    chosen = tuple(part.strip() for part in value.split(",") if part.strip())
-    unknown = [f for f in chosen if f not in FORMATS]
-    if unknown or not chosen:
-        raise click.BadParameter(f"expected a comma-separated subset of {','.join(FORMATS)}; got {value!r}")
-    return chosen
-
-
-def _report_options(command):
-    """The options audit and analyze share: where reports go, which rules, when to fail."""
-    for option in reversed([
-        click.option("--out", "out_dir", default="reports", show_default=True, help="Folder for the reports."),
-        click.option("--format", "formats", default="html,json", show_default=True,
-                     help="Comma-separated: html,json,md,sarif."),
-        click.option("--rules", "rule_dirs", multiple=True, type=click.Path(), help="Extra folder of rule files."),
-        click.option("--set", "settings", multiple=True, metavar="SLUG.THRESHOLD=VALUE", help="Override a threshold."),
-        click.option("--disable", "disabled", multiple=True, metavar="SLUG", help="Turn a rule off."),
-        click.option("--fail-on", type=click.Choice([s.value for s in Severity]), default="high", show_default=True,
-                     help="Exit 1 when a finding is at or above this severity."),
-    ]):
-        command = option(command)
-    return command
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -65,28 +37,13 @@ def cli() -> None:
 
 @cli.command()
 @click.argument("model_file", type=click.Path(dir_okay=False))
-@_report_options
-@click.option("--mode", type=click.Choice(["auto", "train", "inference"]), default="auto", show_default=True,
-              help="auto: train when the file defines get_optimizer, else inference.")
-@click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda[:N].")
-@click.option("--timeout", type=click.FloatRange(min=1), default=300, show_default=True,
-              help="Seconds each stage may run before it is stopped.")
-@click.option("--verify/--no-verify", default=True, help="Verify fixes by measurement (when available).")
-@click.option("--budget", type=click.FloatRange(min=0), default=120, show_default=True,
-              help="Seconds for fix verification.")
-@click.option("--pairs", type=click.IntRange(min=2), default=None, metavar="N", help=PAIRS_HELP)
-@click.option("--shadow-limit", "shadow_limit", type=click.FloatRange(min=0, min_open=True), default=None, metavar="MB",
-              help=SHADOW_LIMIT_HELP)
-@click.option("--quiet", is_flag=True, help="No progress on stderr.")
-@click.option("--debug", is_flag=True, help="Show tracebacks of failures.")
+@report_options
+@model_file_options
 def audit(model_file, out_dir, formats, mode, device, timeout, rule_dirs, settings, disabled, fail_on, verify,
           budget, pairs, shadow_limit, quiet, debug) -> None:
     """Audit MODEL_FILE (defines get_model() and get_inputs()) and write its report."""
-    chosen = _formats(formats)
-    if not os.path.isfile(model_file):
-        _fail(f"{model_file}: no such file; pass the path of a model file defining get_model() and get_inputs()")
-    if not model_file.endswith(".py"):
-        _fail(f"{model_file}: not a Python file; a model file is a .py file defining get_model() and get_inputs()")
+    chosen = formats_of(formats)
+    check_model_file(model_file)
     from advisor.commands.audit import AuditOptions, run_audit  # here: analyze and diff need none of the audit's machinery
 
     options = AuditOptions(
@@ -106,16 +63,16 @@ def _audit_and_report(audit_with, subject: str, stem: str, out_dir: str, formats
     try:
         result = audit_with(progress)
     except SettingError as bad:
-        _fail(str(bad), debug)
+        fail(str(bad), debug)
     except KeyboardInterrupt as interruption:  # where no partial report can be written (advisor run writes one)
-        _fail(f"{subject}: interrupted ({stop_name(interruption)}); every process advisor started was ended", debug)
+        fail(f"{subject}: interrupted ({stop_name(interruption)}); every process advisor started was ended", debug)
     except Exception as unexpected:  # noqa: BLE001 - a clear line, not a traceback
-        _fail(f"{subject}: internal error in advisor: {type(unexpected).__name__}: {unexpected}", debug)
+        fail(f"{subject}: internal error in advisor: {type(unexpected).__name__}: {unexpected}", debug)
     try:
         result.written = write_reports(result.report, out_dir, stem, formats)
     except OSError as refused:
         print_problems(result.report, subject, debug)
-        _fail(f"{subject}: the reports could not be written to {os.path.abspath(out_dir)}: "
+        fail(f"{subject}: the reports could not be written to {os.path.abspath(out_dir)}: "
               f"{refused.strerror or refused} (a script that removed its own working folder removes the reports' "
               "folder too; pass --out elsewhere)", debug)
     print_problems(result.report, subject, debug)
@@ -125,7 +82,7 @@ def _audit_and_report(audit_with, subject: str, stem: str, out_dir: str, formats
 
 @cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-@_report_options
+@report_options
 @click.option("--warmup-steps", type=click.IntRange(min=0), default=3, show_default=True,
               help="Steps the script runs before timing starts.")
 @click.option("--steps", type=click.IntRange(min=2), default=20, show_default=True, help="Steps timed profiler-free.")
@@ -151,7 +108,7 @@ def run(command, out_dir, formats, rule_dirs, settings, disabled, fail_on, warmu
     """Audit an unmodified script: advisor run [OPTIONS] -- python train.py --its --args"""
     from advisor.commands.run import RunOptions, run_script
 
-    chosen = _formats(formats)
+    chosen = formats_of(formats)
     options = RunOptions(command=tuple(command), out_dir=out_dir, formats=chosen, warmup_steps=warmup_steps,
                          steps=steps, full=full, timeout=timeout, rule_dirs=tuple(rule_dirs),
                          settings=tuple(settings), disabled=tuple(disabled), fail_on=fail_on, show_output=show_output,
@@ -159,7 +116,7 @@ def run(command, out_dir, formats, rule_dirs, settings, disabled, fail_on, warmu
                          shadow_limit_mb=shadow_limit)
     script = options.script
     if script.endswith(".py") and not os.path.isfile(script):
-        _fail(f"{script}: no such file; advisor run runs the command after --, e.g. advisor run -- python train.py")
+        fail(f"{script}: no such file; advisor run runs the command after --, e.g. advisor run -- python train.py")
     _audit_and_report(lambda progress: run_script(options, progress), script, options.stem, out_dir, chosen, fail_on,
                       quiet, debug)
 
@@ -202,14 +159,14 @@ def ready(model_file, batch_sizes, latency_budget, precision, precision_toleranc
     from advisor.commands.ready import ReadyRunOptions, run_ready
     from advisor.ready.checks import LIMITS, LIMITS_OWNER, ReadyOptions
 
-    chosen = _formats(formats)
+    chosen = formats_of(formats)
     sizes = _batch_sizes(batch_sizes)
     if not os.path.isfile(model_file):
-        _fail(f"{model_file}: no such file; pass the path of a model file defining get_model() and get_inputs()")
+        fail(f"{model_file}: no such file; pass the path of a model file defining get_model() and get_inputs()")
     try:
         limits = with_settings(LIMITS_OWNER, LIMITS, settings)
     except SettingError as bad:
-        _fail(str(bad), debug)
+        fail(str(bad), debug)
     options = ReadyRunOptions(
         model_file=model_file, out_dir=out_dir, formats=chosen, batch_sizes=sizes, device=device, timeout=timeout,
         fail_on=fail_on, checks=ReadyOptions(latency_budget_ms=latency_budget, precision=precision,
@@ -222,11 +179,11 @@ def ready(model_file, batch_sizes, latency_budget, precision, precision_toleranc
 
 @cli.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
-@_report_options
+@report_options
 @click.option("--debug", is_flag=True, help="Show tracebacks of failures.")
 def analyze(paths, out_dir, formats, rule_dirs, settings, disabled, fail_on, debug) -> None:
     """Audit recorded Kineto traces (.json / .json.gz, or a folder of per-rank traces)."""
-    chosen = _formats(formats)
+    chosen = formats_of(formats)
     options = AnalyzeOptions(paths=tuple(paths), out_dir=out_dir, rule_dirs=tuple(rule_dirs),
                              settings=tuple(settings), disabled=tuple(disabled))
     # One pass over a large acyclic trace: the cyclic collector would only walk it again and again.
@@ -243,9 +200,9 @@ def _analyze(options: AnalyzeOptions, first_path: str, out_dir: str, chosen: tup
     try:
         result = run_analyze(options)
     except SettingError as bad:
-        _fail(str(bad), debug)
+        fail(str(bad), debug)
     except Exception as unexpected:  # noqa: BLE001
-        _fail(f"{first_path}: internal error in advisor: {type(unexpected).__name__}: {unexpected}", debug)
+        fail(f"{first_path}: internal error in advisor: {type(unexpected).__name__}: {unexpected}", debug)
     for error in result.report.errors:
         click.echo(f"advisor: {error.message}", err=True)
     if result.report.errors:
@@ -272,9 +229,9 @@ def diff(old_report, new_report, threshold, html_path) -> None:
         result = run_diff(DiffOptions(old_report=old_report, new_report=new_report, threshold=threshold,
                                       html_path=html_path))
     except DiffInputError as bad:
-        _fail(str(bad))
+        fail(str(bad))
     except OSError as bad:
-        _fail(f"{html_path}: cannot write the HTML diff: {bad.strerror}")
+        fail(f"{html_path}: cannot write the HTML diff: {bad.strerror}")
     click.echo(result.text)
     sys.exit(result.exit_code)
 
@@ -306,15 +263,15 @@ def new(ruleset, slug: str, code: str, layer: str, folder: str) -> None:
     from advisor.rulekit.scaffold import scaffold
 
     if not SLUG_PATTERN.match(slug):
-        _fail(f"{slug!r}: a rule's slug is lower-case words joined by '-' (e.g. my-rule)")
+        fail(f"{slug!r}: a rule's slug is lower-case words joined by '-' (e.g. my-rule)")
     if not CODE_PATTERN.match(code):
-        _fail(f"{code!r}: a rule's code is two to five capitals and three digits (e.g. USR001)")
+        fail(f"{code!r}: a rule's code is two to five capitals and three digits (e.g. USR001)")
     if ruleset.get(slug) is not None or any(r.code == code for r in ruleset.rules):
-        _fail(f"{slug} or {code} is taken by a built-in rule; choose another")
+        fail(f"{slug} or {code} is taken by a built-in rule; choose another")
     try:
         written = scaffold(slug, code, layer, folder)
     except FileExistsError as taken:
-        _fail(str(taken))
+        fail(str(taken))
     for path in written:
         click.echo(f"wrote {path}")
     positive = written[1]
@@ -328,7 +285,7 @@ def explain(ruleset, slug: str) -> None:
     """Print a rule's documentation and thresholds."""
     found = ruleset.get(slug) or next((r for r in ruleset.rules if r.code == slug.upper()), None)
     if found is None:
-        _fail(f"no rule named {slug!r}; 'advisor rules' lists them")
+        fail(f"no rule named {slug!r}; 'advisor rules' lists them")
     click.echo(f"{found.code} {found.slug} ({found.layer.value}, default severity {found.severity.value})\n")
     click.echo(found.doc)
     if found.needs:
@@ -344,6 +301,9 @@ def explain(ruleset, slug: str) -> None:
         click.echo(f"\nHIGH from {found.high_at} = {found.thresholds[found.high_at].default:g} of the step, MEDIUM below it.")
     click.echo(f"\nSeverity follows measured cost: a finding's severity is at most what its share of the step "
                f"allows ({scale}; below that info).")
+
+
+cli.add_command(fix)
 
 
 def main() -> None:

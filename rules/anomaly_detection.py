@@ -27,6 +27,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from advisor.evidence import Evidence
+from advisor.rulekit.codemods import removed_call
 from advisor.rulekit.fixing import replace_target
 from advisor.rulekit.rule import Finding, Fix, Layer, Severity, Thresholds, rule
 
@@ -50,3 +51,14 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
 def fix(target, finding):
     """Run the step with anomaly mode off: the same math, without the bookkeeping."""
     return replace_target(target, detect_anomaly=False)
+
+
+ANOMALY_CALLS = ("set_detect_anomaly", "detect_anomaly")
+
+
+@check.patch(what="anomaly detection switched off")
+def patch(files, finding):
+    """The one ``torch.autograd.set_detect_anomaly(True)`` (or ``with detect_anomaly():``) in the entry
+    file, taken out. Several, or none there (it is switched on elsewhere): not edited."""
+    source = files.read(files.entry)
+    return [removed_call(source, source.only_call(ANOMALY_CALLS))]

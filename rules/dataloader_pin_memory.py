@@ -32,6 +32,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from advisor.evidence import Evidence
+from advisor.rulekit.codemods import at_loader_call
 from advisor.rulekit.fixing import replace_target
 from advisor.rulekit.rule import Finding, Fix, Layer, Severity, Threshold, Thresholds, rule
 
@@ -100,3 +101,10 @@ def _pageable_copies(ev: Evidence) -> dict:
 def fix(target, finding):
     """Rebuild the loader with pin_memory=True (measurable only with a CUDA device)."""
     return replace_target(target, loader_options={**target.loader_options, "pin_memory": True})
+
+
+@check.patch(what="pin_memory=True at the DataLoader(...) call", through_loader=True)
+def patch(files, finding):
+    """The loader's pin_memory set where the audit saw it created (the copies' non_blocking=True is the
+    user's to add where the batch moves to the GPU)."""
+    return at_loader_call(files, finding, pin_memory=True)

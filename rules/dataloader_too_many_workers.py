@@ -31,6 +31,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from advisor.evidence import Evidence
+from advisor.rulekit.codemods import at_loader_call
 from advisor.rulekit.fixing import replace_target
 from advisor.rulekit.rule import Finding, Fix, Layer, Severity, Threshold, Thresholds, rule
 
@@ -70,6 +71,14 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
 @check.fix(what="fewer loader workers")
 def fix(target, finding):
     """The same loader with workers sized to the usable cores."""
-    options = {**target.loader_options, "num_workers": finding.evidence["suggested_workers"],
-               "persistent_workers": True}
-    return replace_target(target, loader_options=options)
+    return replace_target(target, loader_options={**target.loader_options, **_options(finding)})
+
+
+def _options(finding):
+    return {"num_workers": finding.evidence["suggested_workers"], "persistent_workers": True}
+
+
+@check.patch(what="num_workers sized to the usable cores at the DataLoader(...) call", through_loader=True)
+def patch(files, finding):
+    """The loader's keywords set where the audit saw it created."""
+    return at_loader_call(files, finding, **_options(finding))

@@ -35,6 +35,7 @@ import math
 from typing import Iterator
 
 from advisor.evidence import SHARE_NOISE_FLOOR, DataLoaderInfo, Evidence, Margin
+from advisor.rulekit.codemods import at_loader_call
 from advisor.rulekit.fixing import replace_target
 from advisor.rulekit.rule import Finding, Fix, Layer, Severity, Threshold, Thresholds, rule
 
@@ -150,8 +151,15 @@ def _restarting_workers(data: DataLoaderInfo, step_ms: float, th: Thresholds) ->
 @check.fix(what="the same loader with more workers, kept between epochs")
 def fix(target, finding):
     """Rebuild the user's DataLoader with the suggested num_workers and persistent workers."""
+    return replace_target(target, loader_options={**target.loader_options, **_options(finding)})
+
+
+def _options(finding):
     workers = finding.evidence.get("workers_suggested")
-    options = {"persistent_workers": True}
-    if workers is not None:
-        options["num_workers"] = int(workers)
-    return replace_target(target, loader_options={**target.loader_options, **options})
+    return {**({"num_workers": int(workers)} if workers is not None else {}), "persistent_workers": True}
+
+
+@check.patch(what="num_workers and persistent_workers at the DataLoader(...) call", through_loader=True)
+def patch(files, finding):
+    """The loader's keywords set where the audit saw it created."""
+    return at_loader_call(files, finding, **_options(finding))

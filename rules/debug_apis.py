@@ -33,6 +33,7 @@ from collections import Counter
 from typing import Iterator
 
 from advisor.evidence import Evidence
+from advisor.rulekit.codemods import removed_call
 from advisor.rulekit.rule import Finding, Fix, Layer, Location, Severity, Thresholds, rule
 
 DEBUG_APIS = ("torch.autograd.gradcheck", "torch.autograd.gradgradcheck", "torch.profiler.profile",
@@ -63,3 +64,14 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
 
 check.advice_only("debugging calls are part of the step's code (their results may be used); "
                   "remove them and re-run the audit to measure the step without them")
+
+
+@check.patch(what="the debugging calls taken out of the step")
+def patch(files, finding):
+    """Each debugging call the finding names: its statement removed, or its with-statement unwrapped
+    (``with torch.profiler.profile():``). A call whose result the code uses is left to the user."""
+    changes = []
+    for place in finding.locations:
+        source = files.read(place.file)
+        changes.append(removed_call(source, source.call(place.line, place.note.rsplit(".", 1)[-1])))
+    return changes

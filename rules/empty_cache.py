@@ -32,6 +32,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from advisor.evidence import Evidence
+from advisor.rulekit.codemods import at_call_sites
 from advisor.rulekit.fixing import silenced, with_switches
 from advisor.rulekit.rule import Finding, Fix, Layer, Location, Severity, Thresholds, rule
 
@@ -66,3 +67,9 @@ def fix(target, finding):
     import torch
 
     return with_switches(target, silenced(torch.cuda, "empty_cache"))
+
+
+@check.patch(what="torch.cuda.empty_cache() removed from the step")
+def patch(files, finding):
+    """Each ``torch.cuda.empty_cache()`` statement the finding names, removed."""
+    return at_call_sites(files, finding, "empty_cache", lambda source, call: source.remove_statement(call))

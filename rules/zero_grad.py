@@ -30,6 +30,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from advisor.evidence import Evidence
+from advisor.rulekit.codemods import at_call_sites
 from advisor.rulekit.fixing import attribute, with_switches
 from advisor.rulekit.rule import Finding, Fix, Layer, Location, Severity, Thresholds, rule
 
@@ -73,3 +74,13 @@ def fix(target, finding):
     return with_switches(target,
                          attribute(torch.optim.Optimizer, "zero_grad", to_none(torch.optim.Optimizer.zero_grad)),
                          attribute(torch.nn.Module, "zero_grad", to_none(torch.nn.Module.zero_grad)))
+
+
+@check.patch(what="zero_grad() with the default set_to_none=True")
+def patch(files, finding):
+    """Each ``zero_grad(set_to_none=False)`` (or ``zero_grad(False)``) the finding names, without the argument."""
+    def to_default(source, call):
+        if any(arg.keyword is not None and arg.keyword.value == "set_to_none" for arg in call.args):
+            return source.set_keywords(call, set_to_none=None)
+        return source.drop_positional(call, 0)
+    return at_call_sites(files, finding, API, to_default)

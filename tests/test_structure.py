@@ -90,10 +90,13 @@ def test_rules_never_run_the_model():
 # schema; the rule kit; the records everything shares; the base every layer may use.)
 LAYERS = (
     ("advisor", "cli", "__main__"),
+    ("cli_fix",),
+    ("cli_common",),
     ("commands",),
     ("run",),
     ("ready",),
     ("capture",),
+    ("fix",),
     ("verify",),
     ("sandbox",),
     ("rules",),

@@ -94,6 +94,22 @@ class Verification(Record):
         return self.status in ("slower", "numerics-failed", "fix-failed")
 
 
+class SourceEdit(Record):
+    """What ``advisor fix`` made of a finding's fix in the user's source, and what its re-audit showed."""
+
+    status: Literal["patched", "not patched", "unsafe", "dropped"] = Field(
+        description="patched: in the patch; not patched: no certain place (reason); unsafe: needs --unsafe-fixes; "
+                    "dropped: the re-audit did not hold it (reason)")
+    file: str = ""
+    lines: tuple[int, int] = (0, 0)
+    safe: bool = True
+    what: str = ""
+    reason: str = ""
+    diff: str = Field(default="", description="this edit alone, as a unified diff")
+    verification: Verification | None = Field(default=None, description="the patched source against the original")
+    cleared: bool | None = Field(default=None, description="the finding is gone from the patched source's audit")
+
+
 class RuleRun(Record):
     """What one rule did on one run: fired, stayed silent (and how near its threshold it came), or was not
     run (the evidence it needs is missing, or it was disabled)."""
@@ -122,6 +138,7 @@ class Finding(Record):
         default=None, description="share of step time this finding explains (0..1), when measurable"
     )
     verification: Verification | None = None
+    edit: SourceEdit | None = Field(default=None, description="advisor fix: the fix as an edit of the source")
     demoted: str = Field(default="", description="why the finding was demoted to INFO after its fix was measured "
                                                  "(no gain, or slower); empty when it was not")
     severity_before_demotion: Severity | None = None
@@ -166,6 +183,18 @@ class FixSpec:
         return None
 
 
+@dataclass(frozen=True)
+class PatchSpec:
+    """A rule's fix as an edit of the user's source (``@check.patch``): ``apply(source, finding)`` returns
+    the changes (``advisor.rulekit.codemods``). ``safe``: the edit keeps results within the fix's tolerance;
+    an unsafe one (eval mode, reduced precision) changes them by design and is made only when asked."""
+
+    apply: Callable[..., Any]
+    safe: bool = True
+    what: str = ""
+    through_loader: bool = False  # the edit changes a DataLoader: measured over real batches, data + step
+
+
 @dataclass
 class Rule:
     slug: str
@@ -177,6 +206,7 @@ class Rule:
     doc: str = ""
     source: str = ""
     fix_spec: FixSpec | None = None
+    patch_spec: PatchSpec | None = None
     high_at: str = ""  # the threshold on the finding's measured share from which it is HIGH (else MEDIUM)
     needs: tuple[str, ...] = ()  # the evidence it reads (advisor.rulekit.needs): not run without it
 
@@ -202,6 +232,17 @@ class Rule:
         def register(function: Callable[..., Any]) -> Callable[..., Any]:
             self.fix_spec = FixSpec(apply=function, tolerance=tolerance, what=what or function.__doc__ or "",
                                     needs_cuda=needs_cuda, expected=expected)
+            return function
+        return register(fn) if fn is not None else register
+
+    def patch(self, fn: Callable[..., Any] | None = None, *, safe: bool = True, what: str = "",
+              through_loader: bool = False):
+        """Register ``patch(source, finding) -> list[Change]``: the fix written into the user's source
+        (``advisor fix``). Raise ``codemods.NoEdit`` where the place is not certain. ``safe=False`` for an
+        edit that changes results by design (made only with --unsafe-fixes)."""
+        def register(function: Callable[..., Any]) -> Callable[..., Any]:
+            self.patch_spec = PatchSpec(apply=function, safe=safe, what=what or (function.__doc__ or "").strip(),
+                                        through_loader=through_loader)
             return function
         return register(fn) if fn is not None else register
 

@@ -227,3 +227,35 @@ def _measured(ab, fields: dict, note: str) -> Verification:
         candidate_ms=round(statistics.median(ab.candidate_ms), 4),
         samples=len(ab.baseline_ms), note=note, conditions=ab.conditions, **fields,
     )
+
+
+def verify_patched(target: Target, patched_file: str, tolerance: float, budget: Budget,
+                   progress: Callable[[str], None], pairs: int | None = None,
+                   deadline_s: float = 60.0, through_loader: bool = False) -> Verification:
+    """The patched copy of the user's files, loaded as its own target beside the original, measured as a
+    fix's candidate is. The original's neighbour modules are set aside first, so the copy imports its own
+    (patched) ones; the original's objects keep theirs."""
+    import os
+    import sys
+
+    from advisor.workload.target import load_target
+
+    original_dir = os.path.dirname(target.path) + os.sep
+    for name, module in list(sys.modules.items()):
+        if (getattr(module, "__file__", None) or "").startswith(original_dir):
+            del sys.modules[name]
+    patched_dir = os.path.dirname(os.path.abspath(patched_file))
+    sys.path[:] = [patched_dir] + [entry for entry in sys.path if os.path.abspath(entry or ".") != original_dir.rstrip(os.sep)]
+    try:
+        candidate = load_target(patched_file, target.mode, str(target.device), deadline_s)
+        candidate.prepare_feed(deadline_s)
+    except Exception as broken:  # noqa: BLE001 - the patched file is user code too
+        return Verification(status="fix-failed", device=str(target.device),
+                            note=f"the patched file did not load: {type(broken).__name__}: {broken}")
+    try:
+        if through_loader:  # the edit changes the loader: data + step over real batches, as a loader fix is
+            return _verify_loader(target, candidate, budget, progress, "patched source", pairs)
+        return _verify_step(target, candidate, tolerance, budget, progress, "patched source", None, pairs)
+    except Exception as broken:  # noqa: BLE001
+        return Verification(status="fix-failed", device=str(target.device), tolerance=tolerance,
+                            note=f"the patched copy raised {type(broken).__name__}: {str(broken).splitlines()[0] if str(broken) else ''}")

@@ -24,3 +24,18 @@ def _verify(state: dict, progress: Callable[[str], None]) -> str:
     label = findings[0].slug if len(findings) == 1 else "all fixes"
     return verify_one(state["target"], fixes, Budget(spec["budget_s"]), progress, label,
                       spec.get("pairs")).model_dump_json()
+
+
+VERIFY_PATCH = StagePlan(modules=("advisor.capture.stages", "advisor.verify.stage"), stages=("load", "verify-patch"))
+
+
+@stage("verify-patch")
+def _verify_patch(state: dict, progress: Callable[[str], None]) -> str:
+    """The patched copy of the model file (``advisor fix``) against the original, as a fix's candidate is:
+    numerics, then interleaved timing of the step."""
+    from advisor.verify.copies import Budget, verify_patched
+
+    spec = state["spec"]
+    return verify_patched(state["target"], spec["patched_model_file"], spec["tolerance"], Budget(spec["budget_s"]),
+                          progress, spec.get("pairs"), spec.get("fetch_deadline_s", 60.0),
+                          spec.get("through_loader", False)).model_dump_json()

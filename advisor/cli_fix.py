@@ -1,0 +1,56 @@
+"""``advisor fix MODEL_FILE``: the command line of the patch writer (advisor.commands.fix)."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+from advisor.cli_common import check_model_file, fail, model_file_options
+from advisor.errors import stop_name
+from advisor.rulekit.thresholds import SettingError
+
+
+@click.command()
+@click.argument("model_file", type=click.Path(dir_okay=False))
+@click.option("--from", "from_report", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="Reuse the findings of this audit's JSON report instead of auditing again.")
+@click.option("--unsafe-fixes", "unsafe", is_flag=True, help="Also make edits that change results by design.")
+@click.option("--apply", "apply_edits", is_flag=True,
+              help="Write the held edits into the source files (after the re-audit; originals kept as .advisor-orig).")
+@click.option("--out", "out_dir", default="reports", show_default=True, help="Folder for the patch and its report.")
+@click.option("--rules", "rule_dirs", multiple=True, type=click.Path(), help="Extra folder of rule files.")
+@click.option("--set", "settings", multiple=True, metavar="SLUG.THRESHOLD=VALUE", help="Override a threshold.")
+@click.option("--disable", "disabled", multiple=True, metavar="SLUG", help="Turn a rule off.")
+@model_file_options
+def fix(model_file, from_report, unsafe, apply_edits, out_dir, rule_dirs, settings, disabled, mode, device, timeout,
+        verify, budget, pairs, shadow_limit, quiet, debug) -> None:
+    """Write the findings' fixes as a patch to MODEL_FILE's source, re-audited on a scratch copy."""
+    check_model_file(model_file)
+    from advisor.commands.fix import FixOptions, run_fix
+    from advisor.report.fix_summary import print_fix, write_fix
+
+    options = FixOptions(model_file=model_file, from_report=from_report or "", unsafe=unsafe, out_dir=out_dir,
+                         rule_dirs=rule_dirs, settings=settings, disabled=disabled, mode=mode, device=device,
+                         timeout=timeout, verify=verify, budget=budget, pairs=pairs, shadow_limit_mb=shadow_limit)
+    progress = (lambda text: None) if quiet else (lambda text: click.echo(f"[advisor] {text}", err=True))
+    try:
+        result = run_fix(options, progress)
+        written = write_fix(result.report, result.patch, out_dir, os.path.splitext(os.path.basename(model_file))[0])
+        if apply_edits:
+            if not verify:
+                raise ValueError("--apply writes only re-audited edits, and --no-verify skips the re-audit")
+            from advisor.fix.apply import apply_patch
+
+            written["applied"] = ", ".join(apply_patch(result.plan))
+    except SettingError as bad:
+        fail(str(bad), debug)
+    except KeyboardInterrupt as interruption:
+        fail(f"{model_file}: interrupted ({stop_name(interruption)}); the source files were not changed", debug)
+    except (OSError, ValueError) as refused:
+        fail(f"{model_file}: {refused}; no source file was changed", debug)
+    except Exception as unexpected:  # noqa: BLE001 - a clear line, not a traceback
+        fail(f"{model_file}: internal error in advisor: {type(unexpected).__name__}: {unexpected}", debug)
+    print_fix(result.report, result.patch, written)
+    sys.exit(0)

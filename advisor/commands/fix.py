@@ -1,0 +1,207 @@
+"""``advisor fix MODEL_FILE``: the findings' fixes as a patch to the user's source, re-audited.
+
+The audit's findings (a fresh audit, or ``--from`` a saved JSON report) each get their rule's edit
+(``advisor.fix.patch_plan``). The patched files are written into a scratch copy of the model's folder, never
+the user's, and measured there as a fix is: the patched model against the original in one verification
+child (numerics within the rule's tolerance, then interleaved timing and its bootstrap interval), each edit
+alone and then the held edits together, through the one orchestration. The patched copy is audited again
+to check the findings are gone. An edit that breaks numerics or does not hold a gain is dropped, with the
+reason; the rest is the patch (``reports/<stem>.patch``, ``git apply``-able from ``root``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from advisor.commands.audit import VERIFY_MARGIN_S, AuditOptions, run_audit
+from advisor.files.session import FileSession
+from advisor.fix.patch_plan import PatchPlan, plan_patch
+from advisor.report.schema import Report
+from advisor.rulekit.engine import RuleConfig
+from advisor.rulekit.rule import Finding, Verification
+from advisor.sandbox.supervisor import run_capture
+from advisor.verify.orchestrate import measure_fixes
+from advisor.verify.stage import VERIFY_PATCH
+
+# what a measurement leaves in the patch: all but an edit that breaks numerics, fails to run or is measured slower
+HELD = ("verified", "no-gain", "inconclusive", "not-verifiable-here", "skipped")
+SKIPPED_DIRS = {".git", "__pycache__", "reports", ".venv", "venv", "node_modules", ".mypy_cache", ".pytest_cache"}
+
+
+@dataclass(kw_only=True)
+class FixOptions(AuditOptions):
+    from_report: str = ""  # reuse this audit's findings instead of auditing again
+    unsafe: bool = False  # also make the edits that change results by design
+    root: str = ""  # the diff's paths are relative to this folder (default: the working directory)
+
+
+@dataclass
+class FixResult:
+    report: Report
+    plan: PatchPlan
+    patch: str  # the unified diff of the held edits
+    written: dict[str, str] = field(default_factory=dict)
+
+
+def run_fix(options: FixOptions, progress: Callable[[str], None] = lambda text: None,
+            rules: RuleConfig | None = None) -> FixResult:
+    rules = rules or RuleConfig.load(options.rule_dirs, options.settings, options.disabled)
+    model_file = os.path.abspath(options.model_file)
+    if options.from_report:
+        with open(options.from_report, encoding="utf-8") as handle:
+            report = Report.model_validate_json(handle.read())
+    else:
+        progress(f"auditing {options.model_file}")
+        report = run_audit(AuditOptions(model_file=model_file, out_dir=options.out_dir, mode=options.mode,
+                                        device=options.device, timeout=options.timeout, verify=False,
+                                        rule_dirs=options.rule_dirs, settings=options.settings,
+                                        disabled=options.disabled), progress, rules).report
+    root = os.path.abspath(options.root or os.getcwd())
+    if os.path.relpath(model_file, root).startswith(".."):
+        root = os.path.dirname(model_file)
+    plan = plan_patch(report.findings, rules.ruleset, entry=model_file, root=root, unsafe=options.unsafe)
+    by_id = {f.id: f for f in report.findings}
+    if plan.patched and options.verify:
+        _reaudit(plan, [by_id[i] for i in plan.patched], model_file, options, rules, progress)
+    for finding in report.findings:
+        finding.edit = plan.edits.get(finding.id)
+    return FixResult(report=report, plan=plan, patch=plan.diff(plan.patched))
+
+
+def _reaudit(plan: PatchPlan, findings: list[Finding], model_file: str, options: FixOptions, rules: RuleConfig,
+             progress: Callable[[str], None]) -> None:
+    """Each edit measured alone, then the held ones together; the whole patch audited for the findings."""
+    spec = {"model_file": model_file, "mode": options.mode, "device": options.device,
+            "fetch_deadline_s": min(60.0, options.timeout / 2)}
+    files = FileSession.start(options.shadow_limit_mb)
+    try:
+        measured = measure_fixes(
+            findings, lambda chosen, seconds: _measure(plan, chosen, seconds, spec, options, rules, files, progress),
+            None if options.pairs else options.budget, lambda: 5.0, device=options.device, progress=progress)
+    finally:
+        files.close()
+    for finding in findings:
+        edit = plan.edits[finding.id]
+        edit.verification = measured.results.get(finding.id)
+        if edit.verification is not None and edit.verification.status not in HELD:
+            edit.status, edit.reason = "dropped", _why_dropped(edit.verification)
+    held = plan.patched
+    if measured.combined is not None and held:
+        for finding_id in held:
+            plan.edits[finding_id].reason = (f"the whole patch: {measured.combined.status} "
+                                             f"{_speedup(measured.combined)}").strip()
+    if held:
+        _check_cleared(plan, held, [f for f in findings if f.id in held], model_file, options, rules, progress)
+
+
+def _measure(plan: PatchPlan, chosen: list[Finding], seconds: float, spec: dict, options: FixOptions,
+             rules: RuleConfig, files: FileSession, progress: Callable[[str], None]) -> Verification:
+    ids = [f.id for f in chosen]
+    specs = [rules.ruleset.get(f.slug) for f in chosen]
+    for finding, rule in zip(chosen, specs):
+        reason = rule.fix_spec.unmeasurable(finding, spec["device"] if spec["device"] != "auto" else "cpu") \
+            if rule.fix_spec is not None else None
+        if reason is not None and len(chosen) == 1:
+            return Verification(status="not-verifiable-here", note=reason)  # as its audit said; cleared is checked
+    tolerance = max((r.fix_spec.tolerance if r.fix_spec is not None else 1e-5) for r in specs)
+    label = chosen[0].slug if len(chosen) == 1 else "the whole patch"
+    with _patched_copy(plan, ids, spec["model_file"]) as patched_file:
+        verify_spec = {**spec, "patched_model_file": patched_file, "tolerance": tolerance, "budget_s": seconds,
+                       "pairs": options.pairs, "through_loader": any(r.patch_spec.through_loader for r in specs)}
+        timeout = options.timeout if options.pairs else max(options.timeout, seconds + VERIFY_MARGIN_S)
+        environment, arm = files.shadow_environment()
+        began = time.monotonic()
+        try:
+            outcome = run_capture(verify_spec, timeout, VERIFY_PATCH, lambda text: progress(f"patch: {text}"),
+                                  environment=environment, scratch_in=arm)
+        finally:
+            files.finish_run(arm, f"patched source: {label}", time.monotonic() - began, None, "")
+    text = outcome.result("verify-patch")
+    if text is None:
+        failure = next(iter(outcome.errors), None)
+        return Verification(status="fix-failed", note=f"the patched source did not run: "
+                                                      f"{failure.message if failure else 'unknown'}")
+    return Verification.model_validate_json(text)
+
+
+def _check_cleared(plan: PatchPlan, held: list[str], findings: list[Finding], model_file: str, options: FixOptions,
+                   rules: RuleConfig, progress: Callable[[str], None]) -> None:
+    with _patched_copy(plan, held, model_file) as patched_file:
+        progress("auditing the patched source")
+        again = run_audit(AuditOptions(model_file=patched_file, out_dir=os.path.join(os.path.dirname(patched_file),
+                                                                                    "reports"),
+                                       mode=options.mode, device=options.device, timeout=options.timeout,
+                                       verify=False, rule_dirs=options.rule_dirs, settings=options.settings,
+                                       disabled=options.disabled), progress, rules).report
+    remaining = {f.slug for f in again.findings}
+    for finding in findings:
+        plan.edits[finding.id].cleared = finding.slug not in remaining
+
+
+class _patched_copy:
+    """A scratch copy of the model's folder (its Python files copied, everything else linked) with the
+    given findings' edits written into it; removed on exit. The user's files are only read."""
+
+    def __init__(self, plan: PatchPlan, finding_ids: list[str], model_file: str):
+        self.plan, self.finding_ids, self.model_file = plan, finding_ids, model_file
+
+    def __enter__(self) -> str:
+        folder = os.path.dirname(self.model_file)
+        self.scratch = tempfile.mkdtemp(prefix="advisor-fix-")
+        copy = os.path.join(self.scratch, os.path.basename(folder) or "model")
+        _mirror(folder, copy)
+        for path, text in self.plan.texts(self.finding_ids).items():
+            relative = os.path.relpath(path, folder)
+            if relative.startswith(".."):
+                raise ValueError(f"{path} lies outside the model's folder {folder}: re-auditing an edit there "
+                                 "is not supported")
+            target = os.path.join(copy, relative)
+            if os.path.islink(target):
+                os.unlink(target)
+            with open(target, "w", encoding="utf-8") as handle:
+                handle.write(text)
+        return os.path.join(copy, os.path.basename(self.model_file))
+
+    def __exit__(self, *exc) -> None:
+        shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+MAX_MIRRORED = 20_000  # entries: a model file in a home folder is not copied whole
+
+
+def _mirror(source: str, copy: str, count: list | None = None) -> None:
+    count = count if count is not None else [0]
+    os.makedirs(copy)
+    for entry in os.scandir(source):
+        count[0] += 1
+        if count[0] > MAX_MIRRORED:
+            raise ValueError(f"the model's folder {source} holds more than {MAX_MIRRORED} entries, too many to copy "
+                             "for the re-audit; move the model file into its project's folder")
+        if entry.name in SKIPPED_DIRS:
+            continue
+        target = os.path.join(copy, entry.name)
+        if entry.is_dir(follow_symlinks=False):
+            _mirror(entry.path, target, count)
+        elif entry.name.endswith(".py"):
+            shutil.copy2(entry.path, target)
+        else:
+            os.symlink(entry.path, target)  # data the model reads; the run's writes go to the experiment's shadow
+
+
+def _why_dropped(verification: Verification) -> str:
+    if verification.status == "numerics-failed":
+        return f"the patched source changes the results: {verification.note}"
+    if verification.status == "fix-failed":
+        return f"the patched source did not run: {verification.note}"
+    return f"the patched source measured {verification.status} {_speedup(verification)}".strip()
+
+
+def _speedup(verification: Verification) -> str:
+    if verification.speedup is None:
+        return ""
+    return f"{verification.speedup:.2f}x [{verification.ci_low:.2f}-{verification.ci_high:.2f}], n={verification.samples}"

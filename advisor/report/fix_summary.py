@@ -1,0 +1,53 @@
+"""What ``advisor fix`` hands over: the patch (``<stem>.patch``), the report with each finding's edit
+(``<stem>.fix.json``), and a terminal summary: the diff on stdout, one line per edit on stderr."""
+
+from __future__ import annotations
+
+import os
+
+import click
+
+from advisor.report.schema import Report
+
+
+def write_fix(report: Report, patch: str, out_dir: str, stem: str) -> dict[str, str]:
+    os.makedirs(out_dir, exist_ok=True)
+    written = {}
+    for kind, name, text in (("patch", f"{stem}.patch", patch),
+                             ("json", f"{stem}.fix.json", report.model_dump_json(indent=2))):
+        path = os.path.join(out_dir, name)
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        written[kind] = path
+    return written
+
+
+def edit_line(finding) -> str:
+    """One line per finding with an edit: what became of it and why."""
+    edit = finding.edit
+    where = f" at {os.path.basename(edit.file)}:{edit.lines[0]}" if edit.file else ""
+    line = f"{finding.slug}: {edit.status}{where}"
+    measured = edit.verification
+    if measured is not None:
+        line += f"; patched source {measured.status}"
+        if measured.speedup is not None:
+            line += f" {measured.speedup:.2f}x [{measured.ci_low:.2f}-{measured.ci_high:.2f}]"
+        elif measured.note:
+            line += f" ({measured.note})"
+    if edit.cleared is not None:
+        line += ", finding cleared" if edit.cleared else ", finding NOT cleared by the edit"
+    if edit.reason:
+        line += f" ({edit.reason})"
+    return line
+
+
+def print_fix(report: Report, patch: str, written: dict[str, str]) -> None:
+    if patch:
+        click.echo(patch, nl=False)
+    lines = [edit_line(f) for f in report.findings if f.edit is not None]
+    for line in lines or ["no finding has a fix that advisor writes as a source edit"]:
+        click.echo(f"[advisor] {line}", err=True)
+    if written:
+        click.echo(f"[advisor] patch: {written['patch']}; report: {written['json']}", err=True)
+    if written.get("applied"):
+        click.echo(f"[advisor] applied to {written['applied']} (each original kept as <file>.advisor-orig)", err=True)

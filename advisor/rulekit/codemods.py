@@ -1,0 +1,292 @@
+"""What a rule author imports to write a fix as an edit of the user's source: find the call a finding
+names, change its keywords, remove it, or add a statement after the imports.
+
+    @check.patch(what="zero_grad() with its default")
+    def patch(files, finding):
+        source = files.read(finding.locations[0].file)
+        call = source.call(finding.locations[0].line, "zero_grad")
+        return [source.set_keywords(call, set_to_none=None)]
+
+Edits are made on a concrete syntax tree (libcst), which keeps the user's comments and formatting:
+the patch changes only what the fix names. A place that cannot be found with confidence raises
+NoEdit with the reason, and nothing is edited (never a guess).
+
+Importing this module imports no libcst: rule files load it for offline trace analysis too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+KEEP = object()  # set_keywords: a keyword left as the user wrote it
+
+
+class NoEdit(Exception):
+    """The fix's place in the source is not certain (or there is nothing to edit): the reason."""
+
+
+@dataclass(frozen=True)
+class Change:
+    """One edit of one file: the node it replaces (by identity in the parsed tree), and how; or
+    statements added after the module's imports."""
+
+    path: str
+    node: Any = None  # a libcst node of the parsed tree; None for an insertion after the imports
+    replace: Callable[[Any], Any] | None = None  # updated node -> new node (or libcst.RemoveFromParent())
+    lines: tuple[int, int] = (0, 0)  # the first and last line the edit touches, for overlaps and the report
+    insert: tuple[str, ...] = ()  # statements to add after the imports (those already there are skipped)
+    what: str = ""
+    keywords: tuple[str, ...] = ()  # the keywords a set_keywords change sets: two such changes of one call merge
+
+
+@dataclass
+class Source:
+    """One parsed user file, with the position of every node."""
+
+    path: str
+    text: str
+    module: Any
+    positions: Any
+    parents: Any
+    changes: list[Change] = field(default_factory=list)
+
+    @classmethod
+    def read(cls, path: str) -> "Source":
+        """Parse ``path``; a file that does not parse raises NoEdit naming the line."""
+        import libcst
+        from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider
+
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read()
+        try:
+            module = libcst.parse_module(text)
+        except libcst.ParserSyntaxError as bad:
+            raise NoEdit(f"{path} does not parse (line {bad.raw_line}: {bad.message}), so it is not edited") from None
+        wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+        return cls(path=path, text=text, module=module, positions=wrapper.resolve(PositionProvider),
+                   parents=wrapper.resolve(ParentNodeProvider))
+
+    def span(self, node: Any) -> tuple[int, int]:
+        where = self.positions[node]
+        return where.start.line, where.end.line
+
+    # ---- finding the place ---------------------------------------------------------------------
+
+    def calls(self, name: str, line: int | None = None) -> list[Any]:
+        """Calls whose callee ends in ``name`` (``zero_grad``, ``optim.AdamW``, ``DataLoader``), on ``line``
+        (a call that starts there, or a multi-line call that spans it) or anywhere in the file."""
+        import libcst
+
+        found = [node for node in self.positions if isinstance(node, libcst.Call) and _ends_with_name(node.func, name)]
+        if line is not None:
+            starting = [node for node in found if self.span(node)[0] == line]
+            found = starting or [node for node in found if self.span(node)[0] <= line <= self.span(node)[1]]
+        return sorted(found, key=lambda node: self.span(node))
+
+    def call(self, line: int, name: str) -> Any:
+        """The one call of ``name`` at ``line``; NoEdit when there is none or more than one."""
+        found = self.calls(name, line)
+        if not found:
+            raise NoEdit(f"no call of {name}(...) at {self.path}:{line}")
+        if len(found) > 1:
+            raise NoEdit(f"{len(found)} calls of {name}(...) at {self.path}:{line}: which one is meant is not certain")
+        return found[0]
+
+    def only_call(self, names: tuple[str, ...]) -> Any:
+        """The one call in the file of any of ``names`` (an optimizer's constructor, named by its class);
+        NoEdit when there is none or several."""
+        found = [node for name in names for node in self.calls(name)]
+        found = list({id(node): node for node in found}.values())
+        if len(found) != 1:
+            counted = "no call" if not found else f"{len(found)} calls"
+            raise NoEdit(f"{counted} of {' / '.join(names)}(...) in {self.path}: the place to change is not certain")
+        return found[0]
+
+    # ---- edits ---------------------------------------------------------------------------------
+
+    def set_keywords(self, call: Any, **values: Any) -> Change:
+        """The call with these keywords set (a Python value, written as its repr) or removed (None)."""
+        import libcst
+
+        def rewrite(node: Any) -> Any:
+            args = [arg for arg in node.args if not (arg.keyword is not None and arg.keyword.value in values
+                                                     and values[arg.keyword.value] is None)]
+            for name, value in values.items():
+                if value is None or value is KEEP:
+                    continue
+                expression = libcst.parse_expression(repr(value))
+                for index, arg in enumerate(args):
+                    if arg.keyword is not None and arg.keyword.value == name:
+                        args[index] = arg.with_changes(value=expression)
+                        break
+                else:
+                    args.append(libcst.Arg(keyword=libcst.Name(name), value=expression,
+                                           equal=libcst.AssignEqual(whitespace_before=libcst.SimpleWhitespace(""),
+                                                                    whitespace_after=libcst.SimpleWhitespace(""))))
+            return node.with_changes(args=_commas_fixed(args, node.args))
+
+        said = ", ".join(f"{k}={v!r}" if v is not None else f"without {k}" for k, v in values.items())
+        return Change(path=self.path, node=call, replace=rewrite, lines=self.span(call), what=said,
+                      keywords=tuple(values))
+
+    def drop_positional(self, call: Any, index: int) -> Change:
+        """The call without its ``index``-th positional argument (``zero_grad(False)``)."""
+        def rewrite(node: Any) -> Any:
+            positional = [arg for arg in node.args if arg.keyword is None and not arg.star]
+            kept = [arg for arg in node.args if arg is not positional[index]] if index < len(positional) else list(node.args)
+            return node.with_changes(args=_commas_fixed(kept, node.args))
+        return Change(path=self.path, node=call, replace=rewrite, lines=self.span(call), what="argument removed")
+
+    def remove_statement(self, call: Any) -> Change:
+        """Remove the statement that is exactly this call (``torch.cuda.empty_cache()`` on its own line);
+        a block left empty gets ``pass``. NoEdit when the call's value is used."""
+        import libcst
+
+        expression = self.parents.get(call)
+        statement = self.parents.get(expression) if isinstance(expression, libcst.Expr) else None
+        if not isinstance(statement, libcst.SimpleStatementLine) or len(statement.body) != 1:
+            raise NoEdit(f"the call at {self.path}:{self.span(call)[0]} is part of a larger statement; "
+                         "removing it by hand keeps the rest")
+        block = self.parents.get(statement)
+        alone = isinstance(block, libcst.IndentedBlock) and len(block.body) == 1
+
+        def rewrite(node: Any) -> Any:
+            if alone:
+                return node.with_changes(body=[libcst.Pass()])
+            return libcst.RemoveFromParent()
+        return Change(path=self.path, node=statement, replace=rewrite, lines=self.span(statement), what="removed")
+
+    def unwrap_with(self, call: Any) -> Change:
+        """``with <call>:`` replaced by its body, dedented (a ``with torch.autograd.detect_anomaly():``)."""
+        import libcst
+
+        item = self.parents.get(call)
+        statement = self.parents.get(item) if isinstance(item, libcst.WithItem) else None
+        if not isinstance(statement, libcst.With) or len(statement.items) != 1:
+            raise NoEdit(f"the context manager at {self.path}:{self.span(call)[0]} shares its with-statement; "
+                         "not edited")
+        if not isinstance(statement.body, libcst.IndentedBlock):
+            raise NoEdit(f"the with-statement at {self.path}:{self.span(call)[0]} is on one line; not edited")
+
+        def rewrite(node: Any) -> Any:
+            return libcst.FlattenSentinel(node.body.body)
+        return Change(path=self.path, node=statement, replace=rewrite, lines=self.span(statement), what="unwrapped")
+
+    def after_imports(self, *statements: str, what: str = "") -> Change:
+        """Statements added after the module's imports (library flags at the top of the entry point)."""
+        import libcst
+
+        for code in statements:
+            libcst.parse_statement(code)  # a rule's typo fails here, not in the user's file
+        at = after_imports_index(self.module)
+        line = self.span(self.module.body[at - 1])[1] if at else 0
+        return Change(path=self.path, insert=tuple(statements), lines=(line + 1, line + 1),
+                      what=what or "; ".join(statements))
+
+
+def _dotted(expression: Any) -> str:
+    import libcst
+
+    if isinstance(expression, libcst.Name):
+        return expression.value
+    if isinstance(expression, libcst.Attribute):
+        return f"{_dotted(expression.value)}.{expression.attr.value}"
+    return ""
+
+
+def _ends_with_name(func: Any, name: str) -> bool:
+    """``optim.AdamW`` ends in ``AdamW`` and in ``optim.AdamW``; ``MyAdamW`` does not end in ``AdamW``."""
+    dotted = _dotted(func)
+    return dotted == name or dotted.endswith("." + name)
+
+
+def _commas_fixed(args: list, original: Any) -> list:
+    """The arguments joined as the call joined its own: each but the last followed by the comma the
+    call's arguments were separated with (a new line, in a call written one argument per line); the last
+    ends as the call's last argument ended (with or without a trailing comma)."""
+    import libcst
+
+    original = list(original)
+    trailing = original[-1].comma if original else libcst.MaybeSentinel.DEFAULT
+    between = next((arg.comma for arg in original[:-1] if not _has_comment(arg.comma)),
+                   libcst.Comma(whitespace_after=libcst.SimpleWhitespace(" ")))
+    fixed = []
+    for index, arg in enumerate(args):
+        if index < len(args) - 1:
+            if isinstance(arg.comma, libcst.MaybeSentinel) or arg.comma is trailing:
+                arg = arg.with_changes(comma=between)
+        else:
+            arg = arg.with_changes(comma=trailing)
+        fixed.append(arg)
+    return fixed
+
+
+def _has_comment(comma: Any) -> bool:
+    import libcst
+
+    after = getattr(comma, "whitespace_after", None)
+    return isinstance(after, libcst.ParenthesizedWhitespace) and after.first_line.comment is not None
+
+
+def after_imports_index(module: Any) -> int:
+    """The index of the first statement after the leading docstring, __future__ and other imports."""
+    import libcst
+
+    at = 0
+    for index, statement in enumerate(module.body):
+        if isinstance(statement, libcst.SimpleStatementLine) and all(
+                isinstance(part, (libcst.Import, libcst.ImportFrom))
+                or (index == 0 and isinstance(part, libcst.Expr) and isinstance(part.value, libcst.SimpleString))
+                for part in statement.body):
+            at = index + 1
+        else:
+            break
+    return at
+
+
+LOADER_CALL_NOTE = "the DataLoader(...) call"
+
+
+class Files:
+    """The user's files as a rule's patch reads them: ``read(path)`` parses one (each once), ``entry`` is the
+    model file or script the audit ran (where library flags go)."""
+
+    def __init__(self, entry: str, read: Callable[[str], Source]):
+        self.entry = entry
+        self.read = read
+
+
+def at_loader_call(files: Files, finding: Any, **keywords: Any) -> list[Change]:
+    """The finding's ``DataLoader(...)`` call (its first location, as the audit saw it created) with these
+    keywords set."""
+    place = next((loc for loc in finding.locations if loc.note.startswith(LOADER_CALL_NOTE)), None)
+    if place is None:
+        raise NoEdit("the audit did not see where the DataLoader was created")
+    source = files.read(place.file)
+    names = tuple(dict.fromkeys(name for name in (place.function, "DataLoader") if name))
+    for name in names:
+        if source.calls(name, place.line):
+            return [source.set_keywords(source.call(place.line, name), **keywords)]
+    raise NoEdit(f"no {' or '.join(names)}(...) call at {place.file}:{place.line} (a subclass building its "
+                 "loader inside its own __init__ is changed by hand)")
+
+
+def at_call_sites(files: Files, finding: Any, name: str,
+                  edit: Callable[[Source, Any], Change]) -> list[Change]:
+    """``edit`` made at the call of ``name`` on each of the finding's lines."""
+    changes = []
+    for place in finding.locations:
+        if place.file:
+            source = files.read(place.file)
+            changes.append(edit(source, source.call(place.line, name)))
+    return changes
+
+
+def removed_call(source: Source, call: Any) -> Change:
+    """A call taken out of the code: its own statement removed, or the with-statement it opens unwrapped."""
+    import libcst
+
+    if isinstance(source.parents.get(call), libcst.WithItem):
+        return source.unwrap_with(call)
+    return source.remove_statement(call)

@@ -1,0 +1,5 @@
+from torch.utils.data import DataLoader
+
+
+def get_dataloader():
+    return DataLoader(make_dataset(), batch_size=4, num_workers=32)  # FINDING

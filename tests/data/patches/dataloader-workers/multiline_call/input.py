@@ -1,0 +1,9 @@
+from torch.utils.data import DataLoader
+
+
+def get_dataloader():
+    return DataLoader(  # FINDING
+        make_dataset(),
+        batch_size=32,  # per step
+        num_workers=0,
+    )

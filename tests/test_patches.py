@@ -1,0 +1,105 @@
+"""``advisor fix``'s edits, in the TorchFix manner: each folder of tests/data/patches/<rule>/<case>/ holds
+an ``input.py``, the finding (``finding.json``: its evidence; its location is the line marked
+``# FINDING``), and the file the rule's patch must make of it (``expected.py``) or the reason it must
+refuse (``refused.txt``). Cases are collected from the folders: a new codemod's fixtures are its tests."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from advisor.fix.patch_plan import plan_patch
+from advisor.rulekit.engine import load_rules
+from advisor.rulekit.rule import Finding, Location, Severity
+
+PATCHES = Path(__file__).parent / "data" / "patches"
+CASES = sorted(p.parent for p in PATCHES.glob("*/*/input.py"))
+
+
+def _finding(case: Path, model: Path) -> Finding:
+    spec = json.loads((case / "finding.json").read_text())
+    locations = []
+    if spec.get("locations", True):
+        lines = [n for n, text in enumerate(model.read_text().splitlines(), 1) if "# FINDING" in text]
+        locations = [Location(file=str(model), line=n, note=spec.get("note", ""), function=spec.get("function", ""))
+                     for n in lines]
+    return Finding(id=f"{case.parent.name}@{case.name}", slug=case.parent.name, message="a fixture",
+                   severity=Severity.MEDIUM, evidence=spec["evidence"], locations=locations)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[f"{c.parent.name}/{c.name}" for c in CASES])
+def test_a_rules_patch_makes_the_expected_file_or_refuses_with_its_reason(case, tmp_path):
+    model = tmp_path / "model.py"
+    shutil.copy(case / "input.py", model)
+    finding = _finding(case, model)
+    plan = plan_patch([finding], load_rules(), entry=str(model), root=str(tmp_path))
+    edit = plan.edits[finding.id]
+    if (case / "refused.txt").exists():
+        assert edit.status == "not patched" and (case / "refused.txt").read_text().strip() in edit.reason, edit
+        assert plan.texts() == {}
+    else:
+        assert edit.status == "patched", edit
+        assert plan.texts()[str(model)] == (case / "expected.py").read_text()
+        assert edit.diff.startswith("--- a/model.py\n+++ b/model.py\n")
+    assert model.read_text() == (case / "input.py").read_text()  # planning writes nothing
+
+
+def test_every_rule_with_a_source_patch_has_fixture_cases():
+    patched = {rule.slug for rule in load_rules().rules if rule.patch_spec is not None}
+    assert patched and patched == {case.parent.name for case in CASES}
+
+
+def _loader_finding(slug: str, path: Path, line: int, **evidence) -> Finding:
+    return Finding(id=f"{slug}@{line}", slug=slug, message="a fixture", severity=Severity.MEDIUM, evidence=evidence,
+                   locations=[Location(file=str(path), line=line, function="DataLoader",
+                                       note="the DataLoader(...) call: its settings change here")])
+
+
+def test_edits_of_one_call_merge_and_edits_of_one_keyword_do_not(tmp_path):
+    model = tmp_path / "model.py"
+    model.write_text("from torch.utils.data import DataLoader\nloader = DataLoader(range(8), batch_size=2)\n")
+    workers = _loader_finding("dataloader-workers", model, 2, workers_suggested=1)
+    pinned = _loader_finding("dataloader-pin-memory", model, 2)
+    fewer = _loader_finding("dataloader-too-many-workers", model, 2, suggested_workers=3)
+    plan = plan_patch([workers, pinned, fewer], load_rules(), entry=str(model), root=str(tmp_path))
+    assert plan.texts()[str(model)].splitlines()[1] == (
+        "loader = DataLoader(range(8), batch_size=2, num_workers=1, persistent_workers=True, pin_memory=True)")
+    assert plan.edits[fewer.id].status == "not patched" and "overlaps another edit" in plan.edits[fewer.id].reason
+
+
+def test_a_file_that_does_not_parse_or_lies_in_a_library_is_never_edited(tmp_path):
+    import torch.utils.data
+
+    broken = tmp_path / "model.py"
+    broken.write_text("from torch.utils.data import DataLoader\nloader = DataLoader(range(8), batch_size=2\n")
+    in_library = Path(torch.utils.data.__file__).parent / "dataloader.py"
+    bad = _loader_finding("dataloader-workers", broken, 2, workers_suggested=1)
+    library = _loader_finding("dataloader-pin-memory", in_library, 10)
+    before = in_library.read_bytes()
+    plan = plan_patch([bad, library], load_rules(), entry=str(broken), root=str(tmp_path))
+    assert plan.edits[bad.id].status == "not patched" and "does not parse" in plan.edits[bad.id].reason
+    assert plan.edits[library.id].status == "not patched" and "library" in plan.edits[library.id].reason
+    assert plan.texts() == {} and plan.diff() == "" and in_library.read_bytes() == before
+
+
+def test_an_unsafe_edit_waits_for_unsafe_fixes_and_a_rule_without_a_source_form_gets_no_edit(tmp_path):
+    from advisor.rulekit.rule import PatchSpec
+
+    model = tmp_path / "model.py"
+    model.write_text("import torch\ntorch.autograd.set_detect_anomaly(True)\n")
+    rules = load_rules()
+    anomaly = Finding(id="a", slug="anomaly-detection", message="m", severity=Severity.HIGH)
+    rule = rules.get("anomaly-detection")
+    safe_spec = rule.patch_spec
+    try:
+        rule.patch_spec = PatchSpec(apply=safe_spec.apply, safe=False, what=safe_spec.what)
+        assert plan_patch([anomaly], rules, entry=str(model), root=str(tmp_path)).edits["a"].status == "unsafe"
+        made = plan_patch([anomaly], rules, entry=str(model), root=str(tmp_path), unsafe=True)
+        assert made.edits["a"].status == "patched" and made.texts()[str(model)] == "import torch\n"
+    finally:
+        rule.patch_spec = safe_spec
+    no_form = Finding(id="b", slug="host-sync", message="m", severity=Severity.HIGH)
+    assert plan_patch([no_form], rules, entry=str(model), root=str(tmp_path)).edits == {}
