@@ -36,6 +36,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from advisor.evidence import Evidence
+from advisor.rulekit.codemods import NoEdit
 from advisor.rulekit.fixing import with_threads
 from advisor.rulekit.rule import Finding, Fix, Layer, Severity, Threshold, Thresholds, rule
 
@@ -67,14 +68,15 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
         problems.append(f"{threads} intra-op threads plus {workers} loader workers compete for {cores} cores")
     if not problems:
         return
+    suggested = max(1, cores - (workers if not ev.on_cuda and workers else 0))
     yield Finding(
         severity=Severity.HIGH if threads >= th.high_ratio * cores and not ev.on_cuda else Severity.MEDIUM,
         message="CPU oversubscription: " + "; ".join(problems)
                 + (f" (the machine has {env.cpu_cores_logical} cores, this process may use {cores})"
                    if env.cpu_cores_logical != cores else ""),
         evidence={"torch_threads": threads, "cores_available": cores, "cores_logical": env.cpu_cores_logical,
-                  "omp_num_threads": env.omp_num_threads, "loader_workers": workers},
-        fix=Fix(summary=f"use at most {max(1, cores - (workers if not ev.on_cuda and workers else 0))} intra-op "
+                  "omp_num_threads": env.omp_num_threads, "loader_workers": workers, "threads_suggested": suggested},
+        fix=Fix(summary=f"use at most {suggested} intra-op "
                         "threads: torch.set_num_threads(len(os.sched_getaffinity(0))) minus the cores the "
                         "loader workers need",
                 docs=["https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html#utilize-openmp",
@@ -85,7 +87,18 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
 @check.fix(tolerance=1e-4, what="threads = usable cores")
 def fix(target, finding):
     """Run the step with one intra-op thread per usable core (reductions split differently: 1e-4)."""
-    cores = finding.evidence["cores_available"]
-    workers = finding.evidence["loader_workers"] if target.device.type == "cpu" else 0
-    threads = max(1, cores - workers)
-    return with_threads(target, threads)
+    return with_threads(target, finding.evidence["threads_suggested"])
+
+
+@check.patch(what="torch.set_num_threads(usable cores) in the entry file")
+def patch(files, finding):
+    """The entry file's one ``torch.set_num_threads(...)`` set to the usable cores, or the call added after its
+    imports where it has none."""
+    source = files.read(files.entry)
+    threads = finding.evidence["threads_suggested"]
+    calls = source.calls("set_num_threads")
+    if len(calls) > 1:
+        raise NoEdit(f"{len(calls)} calls of set_num_threads(...) in {files.entry}: which one decides is not certain")
+    if calls:
+        return [source.set_arguments(calls[0], threads)]
+    return source.with_torch([source.after_imports(f"torch.set_num_threads({threads})")])

@@ -62,3 +62,9 @@ def fix(target, finding):
     import torch
 
     return with_switches(target, attribute(torch.backends.cudnn, "benchmark", True))
+
+
+@check.patch(what="torch.backends.cudnn.benchmark = True at the top of the entry file")
+def patch(files, finding):
+    source = files.read(files.entry)
+    return source.with_torch([source.after_imports("torch.backends.cudnn.benchmark = True")])

@@ -293,3 +293,10 @@ def _fix(ev: Evidence, trace: Trace, th: Thresholds) -> Fix:
 def fix(target, finding):
     """Compile the model: fuse the small ops (and on CUDA replay them as a CUDA graph)."""
     return replace_target(target, compile_mode="reduce-overhead" if target.device.type == "cuda" else "default")
+
+
+@check.patch(what="torch.compile where get_model() builds the model")
+def patch(files, finding):
+    """``get_model()`` returns the model compiled."""
+    source = files.read(files.entry)
+    return source.with_torch([source.wrap(source.returned_by("get_model"), "torch.compile({})")])

@@ -63,3 +63,11 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
 
 check.advice_only("model.eval() changes the outputs by design (dropout off, BatchNorm running statistics), "
                   "so equal numerics cannot be the test; it is a correctness fix first")
+
+
+@check.patch(safe=False, what="model.eval() where get_model() builds the model")
+def patch(files, finding):
+    """``get_model()`` returns the model in eval mode: dropout off, BatchNorm on its running statistics, so the
+    outputs change by design (unsafe: made with --unsafe-fixes)."""
+    source = files.read(files.entry)
+    return [source.wrap(source.returned_by("get_model"), "{}.eval()")]

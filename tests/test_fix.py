@@ -62,3 +62,58 @@ def test_a_fix_the_step_cannot_measure_is_checked_cleared_applied_when_asked_and
     (tmp_path / "bad.json").write_text("{not json")
     bad = _fix(tmp_path, "zero_grad_in_place", "--from", "bad.json")
     assert bad.returncode != 0 and "Traceback" not in bad.stderr and "zero_grad_in_place.py" in bad.stderr
+
+
+@pytest.mark.slow
+def test_the_patched_file_and_the_original_each_run_with_the_flags_their_own_import_set(tmp_path):
+    """Both files are imported into one measuring process: a flag the original sets at its top (threads,
+    anomaly mode) and the patch removes must not carry over to the patched side, nor back."""
+    import os
+
+    import torch
+
+    from advisor.verify.copies import Budget, process_flags, verify_patched
+    from advisor.workload.target import load_target
+    from conftest import write_model
+
+    source = """
+        import torch
+        torch.set_num_threads(1)  # FLAG
+        torch.autograd.set_detect_anomaly(True)  # FLAG
+        SEEN = []
+
+        class Probe(torch.nn.Linear):
+            def forward(self, x):
+                SEEN.append((torch.get_num_threads(), torch.is_anomaly_enabled()))
+                return super().forward(x)
+
+        def get_model():
+            torch.manual_seed(0)
+            return Probe(4, 4)
+
+        def get_inputs():
+            return torch.ones(2, 4)
+    """
+    before = process_flags()
+    threads = max(2, torch.get_num_threads())
+    torch.set_num_threads(threads)
+    pristine = process_flags()
+    try:
+        os.makedirs(tmp_path / "original")
+        original = load_target(str(write_model(tmp_path / "original", source)), "inference", "cpu")
+        patched_text = "\n".join(line for line in (tmp_path / "original" / "model.py").read_text().splitlines()
+                                 if "# FLAG" not in line)
+        os.makedirs(tmp_path / "patched")
+        (tmp_path / "patched" / "model.py").write_text(patched_text)
+        verdict = verify_patched(original, str(tmp_path / "patched" / "model.py"), 1e-6, Budget(0), lambda text: None,
+                                 pairs=2, flags_before=pristine)
+        patched_module = next(m for m in __import__("sys").modules.values()
+                              if (getattr(m, "__file__", "") or "").startswith(str(tmp_path / "patched")))
+        assert verdict.samples == 2, verdict
+        assert set(original.module.SEEN) == {(1, True)}
+        assert set(patched_module.SEEN) == {(threads, False)}
+        assert (torch.get_num_threads(), torch.is_anomaly_enabled()) == (1, True)  # the original's, as it left them
+    finally:
+        from advisor.verify.copies import _restore
+
+        _restore(before)

@@ -1,6 +1,6 @@
 """``advisor fix``'s edits, in the TorchFix manner: each folder of tests/data/patches/<rule>/<case>/ holds
-an ``input.py``, the finding (``finding.json``: its evidence; its location is the line marked
-``# FINDING``), and the file the rule's patch must make of it (``expected.py``) or the reason it must
+an ``input.py``, the finding (``finding.json``: its evidence, and ``"unsafe": true`` for an edit that
+waits for --unsafe-fixes; its location is the line marked ``# FINDING``), and the file the rule's patch must make of it (``expected.py``) or the reason it must
 refuse (``refused.txt``). Cases are collected from the folders: a new codemod's fixtures are its tests."""
 
 from __future__ import annotations
@@ -35,8 +35,12 @@ def test_a_rules_patch_makes_the_expected_file_or_refuses_with_its_reason(case, 
     model = tmp_path / "model.py"
     shutil.copy(case / "input.py", model)
     finding = _finding(case, model)
-    plan = plan_patch([finding], load_rules(), entry=str(model), root=str(tmp_path))
+    unsafe = json.loads((case / "finding.json").read_text()).get("unsafe", False)
+    if unsafe:  # an edit that changes results by design waits for --unsafe-fixes
+        assert plan_patch([finding], load_rules(), entry=str(model), root=str(tmp_path)).edits[finding.id].status == "unsafe"
+    plan = plan_patch([finding], load_rules(), entry=str(model), root=str(tmp_path), unsafe=unsafe)
     edit = plan.edits[finding.id]
+    assert edit.safe is not unsafe
     if (case / "refused.txt").exists():
         assert edit.status == "not patched" and (case / "refused.txt").read_text().strip() in edit.reason, edit
         assert plan.texts() == {}

@@ -46,6 +46,7 @@ def applied(source: Source, changes: list[Change]) -> str:
     text = module.code
     present = {line.strip() for line in source.text.splitlines()}
     fresh = [code for code in insert if code.strip() not in present]
+    fresh.sort(key=lambda code: not code.startswith(("import ", "from ")))  # imports before the lines using them
     if fresh:
         module = libcst.parse_module(text)
         at = _after_imports(module)

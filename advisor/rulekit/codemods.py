@@ -173,6 +173,53 @@ class Source:
             return libcst.FlattenSentinel(node.body.body)
         return Change(path=self.path, node=statement, replace=rewrite, lines=self.span(statement), what="unwrapped")
 
+    def returned_by(self, function: str) -> Any:
+        """The expression the module-level ``function`` returns (``get_model``'s model): its one return."""
+        import libcst
+
+        defined = [node for node in self.module.body if isinstance(node, libcst.FunctionDef) and node.name.value == function]
+        if len(defined) != 1:
+            raise NoEdit(f"{self.path} defines {len(defined) or 'no'} {function}() at its top level")
+        returns = [node for node in self.positions if isinstance(node, libcst.Return)
+                   and self.span(defined[0])[0] <= self.span(node)[0] <= self.span(defined[0])[1]]
+        if len(returns) != 1 or returns[0].value is None:
+            raise NoEdit(f"{function}() at {self.path}:{self.span(defined[0])[0]} has {len(returns)} return statements: "
+                         "which value to change is not certain")
+        return returns[0].value
+
+    def wrap(self, expression: Any, template: str, what: str = "") -> Change:
+        """``expression`` rewritten by ``template``, ``{}`` standing for it as written (``torch.compile({})``)."""
+        import libcst
+
+        def rewrite(node: Any) -> Any:
+            code = self.module.code_for_node(node)
+            if not isinstance(node, (libcst.Name, libcst.Attribute, libcst.Call, libcst.Subscript)):
+                code = f"({code})"
+            return libcst.parse_expression(template.replace("{}", code))
+        return Change(path=self.path, node=expression, replace=rewrite, lines=self.span(expression),
+                      what=what or template.replace("{}", "..."))
+
+    def set_arguments(self, call: Any, *values: Any) -> Change:
+        """The call with exactly these positional arguments (``torch.set_num_threads(2)``)."""
+        import libcst
+
+        def rewrite(node: Any) -> Any:
+            return node.with_changes(args=[libcst.Arg(value=libcst.parse_expression(repr(v))) for v in values])
+        return Change(path=self.path, node=call, replace=rewrite, lines=self.span(call),
+                      what=", ".join(map(repr, values)))
+
+    def imports_torch(self) -> bool:
+        import libcst
+
+        return any(isinstance(part, libcst.Import) and any(_dotted(alias.name) == "torch" and alias.asname is None
+                                                          for alias in part.names)
+                   for statement in self.module.body if isinstance(statement, libcst.SimpleStatementLine)
+                   for part in statement.body)
+
+    def with_torch(self, changes: list[Change]) -> list[Change]:
+        """``changes`` that name ``torch.``, with ``import torch`` added where the file lacks it."""
+        return changes if self.imports_torch() else [self.after_imports("import torch"), *changes]
+
     def after_imports(self, *statements: str, what: str = "") -> Change:
         """Statements added after the module's imports (library flags at the top of the entry point)."""
         import libcst

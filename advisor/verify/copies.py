@@ -231,27 +231,37 @@ def _measured(ab, fields: dict, note: str) -> Verification:
 
 def verify_patched(target: Target, patched_file: str, tolerance: float, budget: Budget,
                    progress: Callable[[str], None], pairs: int | None = None,
-                   deadline_s: float = 60.0, through_loader: bool = False) -> Verification:
+                   deadline_s: float = 60.0, through_loader: bool = False,
+                   flags_before: dict[str, Any] | None = None) -> Verification:
     """The patched copy of the user's files, loaded as its own target beside the original, measured as a
     fix's candidate is. The original's neighbour modules are set aside first, so the copy imports its own
-    (patched) ones; the original's objects keep theirs."""
+    (patched) ones; the original's objects keep theirs. The library flags are set back to ``flags_before``
+    (as before any user file was imported) while the patched file is imported, so it starts from what the
+    original started from."""
     import os
     import sys
 
     from advisor.workload.target import load_target
 
+    as_loaded = process_flags()  # the original's module-level settings: the process keeps them for the baseline
     original_dir = os.path.dirname(target.path) + os.sep
     for name, module in list(sys.modules.items()):
         if (getattr(module, "__file__", None) or "").startswith(original_dir):
             del sys.modules[name]
     patched_dir = os.path.dirname(os.path.abspath(patched_file))
     sys.path[:] = [patched_dir] + [entry for entry in sys.path if os.path.abspath(entry or ".") != original_dir.rstrip(os.sep)]
+    if flags_before is not None:
+        _restore(flags_before)
     try:
         candidate = load_target(patched_file, target.mode, str(target.device), deadline_s)
         candidate.prepare_feed(deadline_s)
     except Exception as broken:  # noqa: BLE001 - the patched file is user code too
         return Verification(status="fix-failed", device=str(target.device),
                             note=f"the patched file did not load: {type(broken).__name__}: {broken}")
+    finally:
+        patched_flags = process_flags()
+        _restore(as_loaded)
+    candidate = _with_own_flags(candidate, as_loaded, patched_flags)
     try:
         if through_loader:  # the edit changes the loader: data + step over real batches, as a loader fix is
             return _verify_loader(target, candidate, budget, progress, "patched source", pairs)
@@ -259,3 +269,43 @@ def verify_patched(target: Target, patched_file: str, tolerance: float, budget: 
     except Exception as broken:  # noqa: BLE001
         return Verification(status="fix-failed", device=str(target.device), tolerance=tolerance,
                             note=f"the patched copy raised {type(broken).__name__}: {str(broken).splitlines()[0] if str(broken) else ''}")
+
+
+def _flag_accessors() -> dict[str, tuple[Callable[[], Any], Callable[[Any], None]]]:
+    """The process-wide settings a file may set as it is imported (library flags at the top of a script)."""
+    import torch.backends.cudnn as cudnn
+
+    def attribute_of(owner: Any, name: str) -> tuple[Callable[[], Any], Callable[[Any], None]]:
+        return (lambda: getattr(owner, name)), (lambda value: setattr(owner, name, value))
+    return {
+        "threads": (torch.get_num_threads, torch.set_num_threads),
+        "anomaly": (torch.is_anomaly_enabled, torch.autograd.set_detect_anomaly),
+        "matmul_precision": (torch.get_float32_matmul_precision, torch.set_float32_matmul_precision),
+        "deterministic": (torch.are_deterministic_algorithms_enabled, torch.use_deterministic_algorithms),
+        "cudnn.benchmark": attribute_of(cudnn, "benchmark"),
+        "cudnn.deterministic": attribute_of(cudnn, "deterministic"),
+        "cudnn.allow_tf32": attribute_of(cudnn, "allow_tf32"),
+        "cuda.matmul.allow_tf32": attribute_of(torch.backends.cuda.matmul, "allow_tf32"),
+    }
+
+
+def process_flags() -> dict[str, Any]:
+    return {name: get() for name, (get, _) in _flag_accessors().items()}
+
+
+def _restore(flags: dict[str, Any]) -> None:
+    accessors = _flag_accessors()
+    for name, value in flags.items():
+        if accessors[name][0]() != value:
+            accessors[name][1](value)
+
+
+def _with_own_flags(candidate: Target, baseline_flags: dict[str, Any], own: dict[str, Any]) -> Target:
+    """Loading both files in one process would leave the patched file's flags on the baseline too (or the
+    original's on the candidate): the candidate's steps run with the settings its own import made, the
+    baseline's with the original's, switched at each step as a fix's flags are."""
+    from advisor.rulekit.fixing import setting, with_switches
+
+    accessors = _flag_accessors()
+    switches = [setting(*accessors[name], value) for name, value in own.items() if baseline_flags[name] != value]
+    return with_switches(candidate, *switches) if switches else candidate

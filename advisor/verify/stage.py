@@ -26,7 +26,18 @@ def _verify(state: dict, progress: Callable[[str], None]) -> str:
                       spec.get("pairs")).model_dump_json()
 
 
-VERIFY_PATCH = StagePlan(modules=("advisor.capture.stages", "advisor.verify.stage"), stages=("load", "verify-patch"))
+VERIFY_PATCH = StagePlan(modules=("advisor.capture.stages", "advisor.verify.stage"),
+                         stages=("process-flags", "load", "verify-patch"))
+
+
+@stage("process-flags")
+def _process_flags(state: dict, progress: Callable[[str], None]) -> str:
+    """The library flags before any user file is imported: what the patched file starts from, where it no
+    longer sets what the original set at its top (anomaly mode, threads)."""
+    from advisor.verify.copies import process_flags
+
+    state["flags_before_user_code"] = process_flags()
+    return ""
 
 
 @stage("verify-patch")
@@ -38,4 +49,4 @@ def _verify_patch(state: dict, progress: Callable[[str], None]) -> str:
     spec = state["spec"]
     return verify_patched(state["target"], spec["patched_model_file"], spec["tolerance"], Budget(spec["budget_s"]),
                           progress, spec.get("pairs"), spec.get("fetch_deadline_s", 60.0),
-                          spec.get("through_loader", False)).model_dump_json()
+                          spec.get("through_loader", False), state.get("flags_before_user_code")).model_dump_json()
