@@ -1,7 +1,8 @@
-"""``advisor fix``'s edits, in the TorchFix manner: each folder of tests/data/patches/<rule>/<case>/ holds
-an ``input.py``, the finding (``finding.json``: its evidence, and ``"unsafe": true`` for an edit that
-waits for --unsafe-fixes; its location is the line marked ``# FINDING``), and the file the rule's patch must make of it (``expected.py``) or the reason it must
-refuse (``refused.txt``). Cases are collected from the folders: a new codemod's fixtures are its tests."""
+"""``advisor fix``'s edits, in the TorchFix manner: each folder tests/data/patches/<rule>/<case>/ holds an
+``input.py``, the finding (``finding.json``: its evidence, and ``"unsafe": true`` for an edit that waits
+for --unsafe-fixes; its location is the line marked ``# FINDING``), and the file the rule's patch must
+make of it (``expected.py``) or the reason it must refuse (``refused.txt``). Cases are collected from the
+folders: a new codemod's fixtures are its tests."""
 
 from __future__ import annotations
 
