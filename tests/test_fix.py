@@ -40,6 +40,7 @@ def test_the_patch_is_re_audited_against_the_original_and_clears_its_finding(tmp
         "torch.autograd.set_detect_anomaly(True)  # left over from hunting a NaN") + 1
     assert edit["verification"]["samples"] == 3 and edit["verification"]["max_rel_error"] is not None
     assert edit["cleared"] is True and "finding cleared" in done.stderr
+    assert "Source edit:" in (tmp_path / "reports" / "anomaly_left_on.fix.html").read_text()
 
 
 @pytest.mark.slow

@@ -1,5 +1,6 @@
 """What ``advisor fix`` hands over: the patch (``<stem>.patch``), the report with each finding's edit
-(``<stem>.fix.json``), and a terminal summary: the diff on stdout, one line per edit on stderr."""
+(``<stem>.fix.json``, ``<stem>.fix.html``), and a terminal summary: the diff on stdout, one line per edit
+on stderr."""
 
 from __future__ import annotations
 
@@ -8,17 +9,16 @@ import os
 import click
 
 from advisor.report.schema import Report
+from advisor.report.write import write_reports
 
 
 def write_fix(report: Report, patch: str, out_dir: str, stem: str) -> dict[str, str]:
-    os.makedirs(out_dir, exist_ok=True)
-    written = {}
-    for kind, name, text in (("patch", f"{stem}.patch", patch),
-                             ("json", f"{stem}.fix.json", report.model_dump_json(indent=2))):
-        path = os.path.join(out_dir, name)
-        with open(path, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        written[kind] = path
+    """``<stem>.patch``, and the report with each finding's edit as ``<stem>.fix.json`` and ``.fix.html``."""
+    written = write_reports(report, out_dir, f"{stem}.fix", ("json", "html"))
+    path = os.path.join(out_dir, f"{stem}.patch")
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(patch)
+    written["patch"] = path
     return written
 
 
@@ -48,6 +48,6 @@ def print_fix(report: Report, patch: str, written: dict[str, str]) -> None:
     for line in lines or ["no finding has a fix that advisor writes as a source edit"]:
         click.echo(f"[advisor] {line}", err=True)
     if written:
-        click.echo(f"[advisor] patch: {written['patch']}; report: {written['json']}", err=True)
+        click.echo(f"[advisor] patch: {written['patch']}; report: {written['html']} and {written['json']}", err=True)
     if written.get("applied"):
         click.echo(f"[advisor] applied to {written['applied']} (each original kept as <file>.advisor-orig)", err=True)
