@@ -108,3 +108,14 @@ def test_an_unsafe_edit_waits_for_unsafe_fixes_and_a_rule_without_a_source_form_
         rule.patch_spec = safe_spec
     no_form = Finding(id="b", slug="host-sync", message="m", severity=Severity.HIGH)
     assert plan_patch([no_form], rules, entry=str(model), root=str(tmp_path)).edits == {}
+
+
+def test_a_line_changed_since_the_audit_is_not_edited(tmp_path):
+    model = tmp_path / "model.py"
+    model.write_text("def step(optimizer):\n    optimizer.zero_grad(set_to_none=False)\n")
+    finding = Finding(id="z", slug="zero-grad", message="m", severity=Severity.LOW, evidence={},
+                      locations=[Location(file=str(model), line=2, code="optimizer.zero_grad(set_to_none=False)")])
+    assert plan_patch([finding], load_rules(), entry=str(model), root=str(tmp_path)).edits["z"].status == "patched"
+    model.write_text("def step(optimizer):\n    print('moved')\n    optimizer.zero_grad(set_to_none=False)\n")
+    edit = plan_patch([finding], load_rules(), entry=str(model), root=str(tmp_path)).edits["z"]
+    assert edit.status == "not patched" and "changed since the audit" in edit.reason

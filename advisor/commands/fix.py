@@ -55,6 +55,9 @@ def run_fix(options: FixOptions, progress: Callable[[str], None] = lambda text: 
     if options.from_report:
         with open(options.from_report, encoding="utf-8") as handle:
             report = Report.model_validate_json(handle.read())
+        audited = report.target.model_file if report.target is not None else ""
+        if audited and os.path.abspath(audited) != model_file:
+            raise ValueError(f"the report {options.from_report} is an audit of {audited}, not of this file")
     else:
         progress(f"auditing {options.model_file}")
         report = run_audit(AuditOptions(model_file=model_file, out_dir=options.out_dir, mode=options.mode,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from advisor.rulekit.codemods import Change, Source
+from advisor.rulekit.codemods import Change, Source, after_imports_index
 
 
 def overlapping(kept: list[Change], change: Change) -> Change | None:
@@ -49,14 +49,8 @@ def applied(source: Source, changes: list[Change]) -> str:
     fresh.sort(key=lambda code: not code.startswith(("import ", "from ")))  # imports before the lines using them
     if fresh:
         module = libcst.parse_module(text)
-        at = _after_imports(module)
+        at = after_imports_index(module)
         body = list(module.body)
         body[at:at] = [libcst.parse_statement(code + "\n") for code in fresh]
         text = module.with_changes(body=body).code
     return text
-
-
-def _after_imports(module: Any) -> int:
-    from advisor.rulekit.codemods import after_imports_index
-
-    return after_imports_index(module)

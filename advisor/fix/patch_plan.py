@@ -93,6 +93,13 @@ def _changes(plan: PatchPlan, apply, finding: Finding, entry: str) -> list[Chang
             plan.sources[path] = Source.read(path)
         return plan.sources[path]
 
+    for place in finding.locations:
+        if place.file and place.code and not is_library_path(place.file):
+            lines = source(place.file).text.splitlines()
+            now = lines[place.line - 1].strip() if 0 < place.line <= len(lines) else ""
+            if now != place.code.strip():
+                raise NoEdit(f"{place.file}:{place.line} changed since the audit (it read {place.code.strip()!r}); "
+                             "audit it again")
     changes = list(apply(Files(os.path.abspath(entry), source), finding) or [])
     if not changes:
         raise NoEdit("the rule found nothing to change in the source")

@@ -9,17 +9,16 @@ names, change its keywords, remove it, or add a statement after the imports.
 
 Edits are made on a concrete syntax tree (libcst), which keeps the user's comments and formatting:
 the patch changes only what the fix names. A place that cannot be found with confidence raises
-NoEdit with the reason, and nothing is edited (never a guess).
+NoEdit with the reason, and nothing is edited (never a guess). A statement removed takes the comment
+lines just above it along (libcst keeps them as its leading lines): they describe what is removed.
 
 Importing this module imports no libcst: rule files load it for offline trace analysis too.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
-
-KEEP = object()  # set_keywords: a keyword left as the user wrote it
 
 
 class NoEdit(Exception):
@@ -49,7 +48,6 @@ class Source:
     module: Any
     positions: Any
     parents: Any
-    changes: list[Change] = field(default_factory=list)
 
     @classmethod
     def read(cls, path: str) -> "Source":
@@ -113,7 +111,7 @@ class Source:
             args = [arg for arg in node.args if not (arg.keyword is not None and arg.keyword.value in values
                                                      and values[arg.keyword.value] is None)]
             for name, value in values.items():
-                if value is None or value is KEEP:
+                if value is None:
                     continue
                 expression = libcst.parse_expression(repr(value))
                 for index, arg in enumerate(args):
