@@ -1,4 +1,5 @@
-"""``advisor fix MODEL_FILE``: the command line of the patch writer (advisor.commands.fix)."""
+"""``advisor fix MODEL_FILE`` and ``advisor fix -- python train.py [args]``: the command line of the patch
+writer (advisor.commands.fix)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from advisor.rulekit.thresholds import SettingError
 
 
 @click.command()
-@click.argument("model_file", type=click.Path(dir_okay=False))
+@click.argument("target", nargs=-1, required=True, type=click.UNPROCESSED)
 @click.option("--from", "from_report", type=click.Path(exists=True, dir_okay=False), default=None,
               help="Reuse the findings of this audit's JSON report instead of auditing again.")
 @click.option("--unsafe-fixes", "unsafe", is_flag=True, help="Also make edits that change results by design.")
@@ -24,14 +25,24 @@ from advisor.rulekit.thresholds import SettingError
 @click.option("--set", "settings", multiple=True, metavar="SLUG.THRESHOLD=VALUE", help="Override a threshold.")
 @click.option("--disable", "disabled", multiple=True, metavar="SLUG", help="Turn a rule off.")
 @model_file_options
-def fix(model_file, from_report, unsafe, apply_edits, out_dir, rule_dirs, settings, disabled, mode, device, timeout,
+def fix(target, from_report, unsafe, apply_edits, out_dir, rule_dirs, settings, disabled, mode, device, timeout,
         verify, budget, pairs, shadow_limit, quiet, debug) -> None:
-    """Write the findings' fixes as a patch to MODEL_FILE's source, re-audited on a scratch copy."""
-    check_model_file(model_file)
+    """Write the findings' fixes as a patch to the source, re-audited on a scratch copy: TARGET is a model
+    file, or after -- the command that runs a script (advisor fix -- python train.py --lr 0.1)."""
+    command: tuple[str, ...] = ()
+    if len(target) == 1:
+        model_file = target[0]
+        check_model_file(model_file)
+    else:
+        command = tuple(target)
+        model_file = next((part for part in command if part.endswith(".py")), "")
+        if not model_file or not os.path.isfile(model_file):
+            fail(f"{' '.join(command)}: no Python script in the command (advisor fix -- python train.py)")
     from advisor.commands.fix import FixOptions, run_fix
     from advisor.report.fix_summary import print_fix, write_fix
 
-    options = FixOptions(model_file=model_file, from_report=from_report or "", unsafe=unsafe, out_dir=out_dir,
+    options = FixOptions(model_file=model_file, command=command, from_report=from_report or "", unsafe=unsafe,
+                         out_dir=out_dir,
                          rule_dirs=rule_dirs, settings=settings, disabled=disabled, mode=mode, device=device,
                          timeout=timeout, verify=verify, budget=budget, pairs=pairs, shadow_limit_mb=shadow_limit)
     progress = (lambda text: None) if quiet else (lambda text: click.echo(f"[advisor] {text}", err=True))

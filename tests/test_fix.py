@@ -118,3 +118,28 @@ def test_the_patched_file_and_the_original_each_run_with_the_flags_their_own_imp
         from advisor.verify.copies import _restore
 
         _restore(before)
+
+
+@pytest.mark.slow
+def test_a_scripts_patch_is_re_run_under_advisor_run_beside_the_original(tmp_path):
+    shutil.copy(SAMPLES / "scripts" / "train_loop.py", tmp_path)
+    original = (tmp_path / "train_loop.py").read_text()
+    done = subprocess.run([sys.executable, "-m", "advisor", "fix", "--pairs", "2", "--", sys.executable, "train_loop.py"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "train_loop.py").read_text() == original
+    assert "+            optimizer.zero_grad()  # ZERO GRAD LINE" in done.stdout
+    assert "num_workers=" in done.stdout and "persistent_workers=True" in done.stdout
+    report = json.loads((tmp_path / "reports" / "train_loop.fix.json").read_text())
+    edits = {f["slug"]: f["edit"] for f in report["findings"] if f["edit"]}
+    assert {"zero-grad", "dataloader-workers"} <= set(edits), edits
+    for slug in ("zero-grad", "dataloader-workers"):
+        edit = edits[slug]
+        # runs of the patched copy alternating with the original's; the gain is this machine's
+        assert edit["verification"]["samples"] == 2 and edit["verification"]["timed"] in ("run", "run with data"), edit
+        assert edit["cleared"] is not None or edit["status"] == "dropped", edit  # the patched copy audited again
+    assert edits["zero-grad"]["cleared"] is True  # a call in the source: gone, on any machine
+    # the loader's data wait is a share of this machine's iteration: one more worker may not hide it on a busy one
+    assert edits["dataloader-workers"]["verification"]["timed"] == "run with data"
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    subprocess.run(["git", "apply", "--check", "reports/train_loop.patch"], cwd=tmp_path, check=True)

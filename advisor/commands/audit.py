@@ -39,6 +39,7 @@ class AuditResult:
     report: Report
     evidence: Evidence | None
     written: dict[str, str] = field(default_factory=dict)
+    run_window: dict = field(default_factory=dict)  # advisor run: the window its verification runs repeat
 
     @property
     def failed(self) -> bool:
@@ -65,8 +66,9 @@ def run_audit(options: AuditOptions, progress: Callable[[str], None] = lambda te
     files = FileSession.start(options.shadow_limit_mb)
     try:
         # the capture runs the user's code as a run of theirs would: its writes are real (and journaled)
-        run = run_capture(spec, options.timeout, CAPTURE, progress, environment=files.journal_environment(),
-                          scratch_in=files.folder)
+        environment, scratch = (files.shadow_environment() if options.experiment
+                                else (files.journal_environment(), files.folder))
+        run = run_capture(spec, options.timeout, CAPTURE, progress, environment=environment, scratch_in=scratch)
         gathered = gather_capture(run, options.model_file)
         evidence, errors = gathered.evidence, gathered.errors
         report = assemble_report(gathered, rules, VerificationSettings(enabled=options.verify, budget_s=options.budget,

@@ -1,4 +1,5 @@
-"""``advisor fix MODEL_FILE``: the findings' fixes as a patch to the user's source, re-audited.
+"""``advisor fix MODEL_FILE`` and ``advisor fix -- python train.py``: the findings' fixes as a patch to the
+user's source, re-audited.
 
 The audit's findings (a fresh audit, or ``--from`` a saved JSON report) each get their rule's edit
 (``advisor.fix.patch_plan``). The patched files are written into a scratch copy of the model's folder, never
@@ -38,6 +39,7 @@ class FixOptions(AuditOptions):
     from_report: str = ""  # reuse this audit's findings instead of auditing again
     unsafe: bool = False  # also make the edits that change results by design
     root: str = ""  # the diff's paths are relative to this folder (default: the working directory)
+    command: tuple[str, ...] = ()  # advisor fix -- python train.py: the script's command (model_file: its script)
 
 
 @dataclass
@@ -48,43 +50,82 @@ class FixResult:
     written: dict[str, str] = field(default_factory=dict)
 
 
+class ModelFile:
+    """How a model file is audited and its patched copy measured: verification children, as ``audit``'s."""
+
+    def __init__(self, options: FixOptions, rules: RuleConfig, progress: Callable[[str], None]):
+        self.options, self.rules, self.progress = options, rules, progress
+        self.entry = os.path.abspath(options.model_file)
+
+    def audit(self, entry: str, out_dir: str) -> Report:
+        """The audit of the user's file (its run is theirs, as ``advisor audit``'s), or of a patched copy (an
+        experiment of advisor's: its writes go to a shadow)."""
+        options = self.options
+        return run_audit(AuditOptions(model_file=entry, out_dir=out_dir, mode=options.mode, device=options.device,
+                                      timeout=options.timeout, verify=False, rule_dirs=options.rule_dirs,
+                                      settings=options.settings, disabled=options.disabled,
+                                      experiment=entry != self.entry), self.progress, self.rules).report
+
+    def measure(self, patched: str, label: str, seconds: float, tolerance: float, through_loader: bool,
+                chosen: list[Finding], files: FileSession) -> Verification:
+        options = self.options
+        spec = {"model_file": self.entry, "mode": options.mode, "device": options.device,
+                "fetch_deadline_s": min(60.0, options.timeout / 2), "patched_model_file": patched,
+                "tolerance": tolerance, "budget_s": seconds, "pairs": options.pairs, "through_loader": through_loader}
+        timeout = options.timeout if options.pairs else max(options.timeout, seconds + VERIFY_MARGIN_S)
+        environment, arm = files.shadow_environment()
+        began = time.monotonic()
+        try:
+            outcome = run_capture(spec, timeout, VERIFY_PATCH, lambda text: self.progress(f"patch: {text}"),
+                                  environment=environment, scratch_in=arm)
+        finally:
+            files.finish_run(arm, f"patched source: {label}", time.monotonic() - began, None, "")
+        text = outcome.result("verify-patch")
+        if text is None:
+            failure = next(iter(outcome.errors), None)
+            return Verification(status="fix-failed", note=f"the patched source did not run: "
+                                                          f"{failure.message if failure else 'unknown'}")
+        return Verification.model_validate_json(text)
+
+
 def run_fix(options: FixOptions, progress: Callable[[str], None] = lambda text: None,
             rules: RuleConfig | None = None) -> FixResult:
     rules = rules or RuleConfig.load(options.rule_dirs, options.settings, options.disabled)
-    model_file = os.path.abspath(options.model_file)
+    if options.command:
+        from advisor.commands.fix_script import Script
+
+        workload = Script(options, rules, progress)
+    else:
+        workload = ModelFile(options, rules, progress)
+    entry = workload.entry
     if options.from_report:
         with open(options.from_report, encoding="utf-8") as handle:
             report = Report.model_validate_json(handle.read())
-        audited = report.target.model_file if report.target is not None else ""
-        if audited and os.path.abspath(audited) != model_file:
-            raise ValueError(f"the report {options.from_report} is an audit of {audited}, not of this file")
+        audited = report.target.model_file
+        if audited and os.path.abspath(audited) != entry:
+            raise ValueError(f"the report {options.from_report} is an audit of {audited}, not of {entry}")
     else:
-        progress(f"auditing {options.model_file}")
-        report = run_audit(AuditOptions(model_file=model_file, out_dir=options.out_dir, mode=options.mode,
-                                        device=options.device, timeout=options.timeout, verify=False,
-                                        rule_dirs=options.rule_dirs, settings=options.settings,
-                                        disabled=options.disabled), progress, rules).report
+        progress(f"auditing {entry}")
+        report = workload.audit(entry, options.out_dir)
     root = os.path.abspath(options.root or os.getcwd())
-    if os.path.relpath(model_file, root).startswith(".."):
-        root = os.path.dirname(model_file)
-    plan = plan_patch(report.findings, rules.ruleset, entry=model_file, root=root, unsafe=options.unsafe)
+    if os.path.relpath(entry, root).startswith(".."):
+        root = os.path.dirname(entry)
+    plan = plan_patch(report.findings, rules.ruleset, entry=entry, root=root, unsafe=options.unsafe)
     by_id = {f.id: f for f in report.findings}
     if plan.patched and options.verify:
-        _reaudit(plan, [by_id[i] for i in plan.patched], model_file, options, rules, progress)
+        _reaudit(plan, [by_id[i] for i in plan.patched], workload, options, rules, progress)
     for finding in report.findings:
         finding.edit = plan.edits.get(finding.id)
     return FixResult(report=report, plan=plan, patch=plan.diff(plan.patched))
 
 
-def _reaudit(plan: PatchPlan, findings: list[Finding], model_file: str, options: FixOptions, rules: RuleConfig,
+def _reaudit(plan: PatchPlan, findings: list[Finding], workload, options: FixOptions, rules: RuleConfig,
              progress: Callable[[str], None]) -> None:
     """Each edit measured alone, then the held ones together; the whole patch audited for the findings."""
-    spec = {"model_file": model_file, "mode": options.mode, "device": options.device,
-            "fetch_deadline_s": min(60.0, options.timeout / 2)}
     files = FileSession.start(options.shadow_limit_mb)
     try:
         measured = measure_fixes(
-            findings, lambda chosen, seconds: _measure(plan, chosen, seconds, spec, options, rules, files, progress),
+            findings, lambda chosen, seconds: _measure(plan, chosen, seconds, workload, rules, files),
             None if options.pairs else options.budget, lambda: 5.0, device=options.device, progress=progress)
     finally:
         files.close()
@@ -99,51 +140,27 @@ def _reaudit(plan: PatchPlan, findings: list[Finding], model_file: str, options:
             plan.edits[finding_id].reason = (f"the whole patch: {measured.combined.status} "
                                              f"{_speedup(measured.combined)}").strip()
     if held:
-        _check_cleared(plan, held, [f for f in findings if f.id in held], model_file, options, rules, progress)
+        with _patched_copy(plan, held, workload.entry) as patched:
+            progress("auditing the patched source")
+            again = workload.audit(patched, os.path.join(os.path.dirname(patched), "reports"))
+        remaining = {f.slug for f in again.findings}
+        for finding_id in held:
+            plan.edits[finding_id].cleared = next(f.slug for f in findings if f.id == finding_id) not in remaining
 
 
-def _measure(plan: PatchPlan, chosen: list[Finding], seconds: float, spec: dict, options: FixOptions,
-             rules: RuleConfig, files: FileSession, progress: Callable[[str], None]) -> Verification:
-    ids = [f.id for f in chosen]
+def _measure(plan: PatchPlan, chosen: list[Finding], seconds: float, workload, rules: RuleConfig,
+             files: FileSession) -> Verification:
     specs = [rules.ruleset.get(f.slug) for f in chosen]
+    device = workload.options.device if workload.options.device != "auto" else "cpu"
     for finding, rule in zip(chosen, specs):
-        reason = rule.fix_spec.unmeasurable(finding, spec["device"] if spec["device"] != "auto" else "cpu") \
-            if rule.fix_spec is not None else None
+        reason = rule.fix_spec.unmeasurable(finding, device) if rule.fix_spec is not None else None
         if reason is not None and len(chosen) == 1:
             return Verification(status="not-verifiable-here", note=reason)  # as its audit said; cleared is checked
     tolerance = max((r.fix_spec.tolerance if r.fix_spec is not None else 1e-5) for r in specs)
     label = chosen[0].slug if len(chosen) == 1 else "the whole patch"
-    with _patched_copy(plan, ids, spec["model_file"]) as patched_file:
-        verify_spec = {**spec, "patched_model_file": patched_file, "tolerance": tolerance, "budget_s": seconds,
-                       "pairs": options.pairs, "through_loader": any(r.patch_spec.through_loader for r in specs)}
-        timeout = options.timeout if options.pairs else max(options.timeout, seconds + VERIFY_MARGIN_S)
-        environment, arm = files.shadow_environment()
-        began = time.monotonic()
-        try:
-            outcome = run_capture(verify_spec, timeout, VERIFY_PATCH, lambda text: progress(f"patch: {text}"),
-                                  environment=environment, scratch_in=arm)
-        finally:
-            files.finish_run(arm, f"patched source: {label}", time.monotonic() - began, None, "")
-    text = outcome.result("verify-patch")
-    if text is None:
-        failure = next(iter(outcome.errors), None)
-        return Verification(status="fix-failed", note=f"the patched source did not run: "
-                                                      f"{failure.message if failure else 'unknown'}")
-    return Verification.model_validate_json(text)
-
-
-def _check_cleared(plan: PatchPlan, held: list[str], findings: list[Finding], model_file: str, options: FixOptions,
-                   rules: RuleConfig, progress: Callable[[str], None]) -> None:
-    with _patched_copy(plan, held, model_file) as patched_file:
-        progress("auditing the patched source")
-        again = run_audit(AuditOptions(model_file=patched_file, out_dir=os.path.join(os.path.dirname(patched_file),
-                                                                                    "reports"),
-                                       mode=options.mode, device=options.device, timeout=options.timeout,
-                                       verify=False, rule_dirs=options.rule_dirs, settings=options.settings,
-                                       disabled=options.disabled), progress, rules).report
-    remaining = {f.slug for f in again.findings}
-    for finding in findings:
-        plan.edits[finding.id].cleared = finding.slug not in remaining
+    with _patched_copy(plan, [f.id for f in chosen], workload.entry) as patched:
+        return workload.measure(patched, label, seconds, tolerance, any(r.patch_spec.through_loader for r in specs),
+                                chosen, files)
 
 
 class _patched_copy:

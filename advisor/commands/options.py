@@ -27,3 +27,4 @@ class MeasureOptions(RuleOptions):
     budget: float = 120.0  # seconds for fix verification
     pairs: int | None = None  # each fix measured with exactly this many pairs, whatever the time (no budget)
     shadow_limit_mb: float | None = None  # the audited run's journal and each experiment's shadow
+    experiment: bool = False  # a run of advisor's own (advisor fix's re-audit of a patched copy): writes shadowed

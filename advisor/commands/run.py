@@ -82,8 +82,10 @@ def _run_with(files: FileSession, options: RunOptions, progress: Callable[[str],
               "full": options.full, "script": options.script, "step_marker": options.step_marker,
               "mode": "" if options.mode == "auto" else options.mode}
     progress(f"running {' '.join(options.command)}")
+    environment, scratch = (files.shadow_environment() if options.experiment
+                            else (files.journal_environment(), files.folder))
     run = launch(list(options.command), window, options.timeout, progress, show_output=options.show_output,
-                 environment=files.journal_environment(), scratch_in=files.folder)
+                 environment=environment, scratch_in=scratch, experiment=options.experiment)
     try:
         evidence, errors, notes = evidence_of(run, options)
         trace_kept = _keep_trace(run, options)
@@ -94,6 +96,7 @@ def _run_with(files: FileSession, options: RunOptions, progress: Callable[[str],
                         output=ModelOutput(stdout=run.stdout, stderr=run.stderr), judge=evidence.timing is not None)
     report = assemble_report(gathered, rules, VerificationSettings(enabled=options.verify, budget_s=options.budget,
                                                                    pairs=options.pairs))
+    known: dict = {}
     if not run.interrupted:
         files.remember()
         # the verification runs step and find the model as this run did, and apply the rules' own fixes
@@ -112,7 +115,7 @@ def _run_with(files: FileSession, options: RunOptions, progress: Callable[[str],
     report.files = files.record(_how_it_ended(run, seen, options))
     if report.trace is not None and trace_kept:
         report.trace.file = os.path.basename(trace_kept)
-    return AuditResult(report=report, evidence=evidence)
+    return AuditResult(report=report, evidence=evidence, run_window=known)
 
 
 def _how_it_ended(run: ScriptRun, seen: dict, options: RunOptions) -> str:

@@ -74,6 +74,8 @@ class RunVerifier:
     progress: Callable[[str], None] = lambda text: None
     interrupted: str = ""  # what stopped the experiments, when something did
     pairs: int | None = None  # exactly this many runs per side for each fix, whatever the time (no budget)
+    candidate_command: list[str] | None = None  # advisor fix: the patched copy of the script, run as it is
+    patched_loader: bool = False  # ... and its edits change a DataLoader: timed with the data wait
     started: float = field(default_factory=time.monotonic)
     baseline_s: list[float] = field(default_factory=list)  # wall time of each run without a fix
 
@@ -116,7 +118,7 @@ class RunVerifier:
             pair_began = time.monotonic()
             for arm, injected in ((base, []), (cand, fixes)):
                 run_began = time.monotonic()
-                outcome = self._run(injected)
+                outcome = self._run(injected, patched=arm is cand)
                 if isinstance(outcome, Verification):
                     return outcome
                 arm.add(*outcome)
@@ -138,7 +140,7 @@ class RunVerifier:
             model = self.window.get("model", {}).get("class") or "not identified by the audit run"
             return Verification(status="fix-failed", note=f"the model ({model}) was never called in the run with "
                                                           "the fix, so the fix was not applied")
-        with_data = bool(first["changes_loader"])
+        with_data = self._with_data(first)
         compiling = _compile_seconds(base.windows[0], first)
         numerics, errors = self._numerics(base, cand, tolerance, with_data)
         if numerics is not None and numerics.status == "numerics-failed":
@@ -148,7 +150,7 @@ class RunVerifier:
         what = "step + data wait" if with_data else "step"
         notes = [f"{len(base.windows)} runs of the script per side, alternating; mean {what} time over each run's "
                  f"{self.window['steps']} timed steps", errors.pop("note")]
-        if with_data:
+        if first["changes_loader"]:
             notes.append(LOADER_NOTE.format(options=", ".join(f"{k}={v}" for k, v in first["loader_options"].items())))
         notes += [NOTES[f.slug] for f in findings if f.slug in NOTES]
         if first["rewrite_described"]:
@@ -162,10 +164,13 @@ class RunVerifier:
                             timed="run with data" if with_data else "run",
                             note="; ".join(n for n in notes if n), compile_s=compiling, **errors)
 
-    @staticmethod
-    def _decided(base: Arm, cand: Arm) -> bool:
+    def _with_data(self, first: dict) -> bool:
+        """Whether a run's cost counts its data wait: the fix rebuilds the loaders (or the patch edits one)."""
+        return bool(first["changes_loader"]) or bool(self.candidate_command and self.patched_loader)
+
+    def _decided(self, base: Arm, cand: Arm) -> bool:
         """The interval already clears the no-gain band: the verdict is decided at the minimum runs."""
-        with_data = bool(cand.windows[0]["changes_loader"])
+        with_data = self._with_data(cand.windows[0])
         ab = ABResult(base.cost(with_data), cand.cost(with_data))
         return verdict(ab.speedup, ab.interval()) in ("verified", "slower")
 
@@ -191,17 +196,20 @@ class RunVerifier:
             return Verification(status="numerics-failed", note=detail, **errors), errors
         return None, {**errors, "note": f"{what} match within {comparison.max_rel_error:.2g} of their magnitude"}
 
-    def _run(self, fixes: list[dict]) -> tuple[dict, dict | None] | Verification:
+    def _run(self, fixes: list[dict], patched: bool = False) -> tuple[dict, dict | None] | Verification:
         """One run of the script's window; a run that dies for a reason of its own (a port still held by
-        the previous job under torchrun) is tried once more before the arm is given up."""
-        outcome = self._run_once(fixes)
+        the previous job under torchrun) is tried once more before the arm is given up. ``patched``: the
+        candidate side of ``advisor fix``, the patched copy of the script (its fixes are in its source)."""
+        command = self.candidate_command if patched and self.candidate_command else self.command
+        fixes = [] if command is not self.command else fixes
+        outcome = self._run_once(fixes, command)
         if isinstance(outcome, Verification) and outcome.status in ("fix-failed", "skipped") and "window" in outcome.note:
-            outcome = self._run_once(fixes)
+            outcome = self._run_once(fixes, command)
         return outcome
 
-    def _run_once(self, fixes: list[dict]) -> tuple[dict, dict | None] | Verification:
+    def _run_once(self, fixes: list[dict], command: list[str]) -> tuple[dict, dict | None] | Verification:
         environment, arm = self.files.shadow_environment()
-        run = launch(self.command, {**self.window, "measure_only": True, "fixes": fixes}, self.timeout,
+        run = launch(command, {**self.window, "measure_only": True, "fixes": fixes}, self.timeout,
                      environment=environment, scratch_in=arm, experiment=True)
         try:
             if run.interrupted:
@@ -215,12 +223,14 @@ class RunVerifier:
             window = run.read("window.json")
             if not window or not window["samples_ms"]:
                 why = failure_line(run.stderr)
-                return Verification(status="fix-failed" if fixes else "skipped",
+                changed = bool(fixes) or command is not self.command
+                return Verification(status="fix-failed" if changed else "skipped",
                                     note="the script did not complete its timed window"
-                                         + (" with the fix" if fixes else "") + (f": {why}" if why else ""))
+                                         + (" with the fix" if changed else "") + (f": {why}" if why else ""))
             return window, first_results.load(run.folder)
         finally:
-            label = "with " + " + ".join(fix["slug"] for fix in fixes) if fixes else "baseline"
+            label = ("with " + " + ".join(fix["slug"] for fix in fixes) if fixes
+                     else "patched source" if command is not self.command else "baseline")
             self.files.finish_run(arm, label, run.seconds, run.returncode, run.stdout)  # its shadow is thrown away
 
 
