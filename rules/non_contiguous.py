@@ -55,6 +55,7 @@ from advisor.opnames import (
     NEEDS_CONTIGUOUS,
     USER_COPY_APIS,
 )
+from advisor.rulekit.codemods import NoEdit
 from advisor.rulekit.fixing import compiled_with, finish_graph, node_name
 from advisor.rulekit.helpers import is_broadcast, is_contiguous, outermost
 from advisor.rulekit.rule import Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
@@ -274,3 +275,22 @@ def drop_contiguous(graph_module: torch.fx.GraphModule, example_inputs: list[Any
             node.replace_all_uses_with(node.args[0])
             graph_module.graph.erase_node(node)
     return finish_graph(graph_module)
+
+
+@check.patch(what=".contiguous() calls that copy and feed no view, dropped")
+def patch(files, finding):
+    """At each line the finding names, a bare ``.contiguous()`` whose value no ``view``/``reshape``/``flatten``
+    reads at once (those need the copy, or would make it themselves): its receiver kept instead. The graph
+    fix's channels_last for conv nets has a codemod of its own (channels-last)."""
+    changes = []
+    for place in finding.locations:
+        if not place.file:
+            continue
+        source = files.read(place.file)
+        for call in source.calls("contiguous", place.line):
+            if source.span(call)[0] == place.line and not call.args and source.method_used_by(call) not in NEEDS_CONTIGUOUS:
+                changes.append(source.unwrap_method(call))
+    if not changes:
+        raise NoEdit("no .contiguous() call at the finding's lines that the copy could be dropped from")
+    return changes
+

@@ -218,6 +218,23 @@ class Source:
         """``changes`` that name ``torch.``, with ``import torch`` added where the file lacks it."""
         return changes if self.imports_torch() else [self.after_imports("import torch"), *changes]
 
+    def unwrap_method(self, call: Any) -> Change:
+        """``x.contiguous()`` replaced by ``x``: a method call dropped, its receiver kept as written."""
+        import libcst
+
+        if not isinstance(call.func, libcst.Attribute) or call.args:
+            raise NoEdit(f"the call at {self.path}:{self.span(call)[0]} is not a bare method call")
+        receiver = call.func.value
+        return Change(path=self.path, node=call, replace=lambda node: node.func.value.with_changes(
+            lpar=receiver.lpar, rpar=receiver.rpar), lines=self.span(call), what=f"without .{call.func.attr.value}()")
+
+    def method_used_by(self, call: Any) -> str:
+        """The method called on this call's value at once (``x.contiguous().view(...)``: ``view``), or ""."""
+        import libcst
+
+        parent = self.parents.get(call)
+        return parent.attr.value if isinstance(parent, libcst.Attribute) and parent.value is call else ""
+
     def after_imports(self, *statements: str, what: str = "") -> Change:
         """Statements added after the module's imports (library flags at the top of the entry point)."""
         import libcst
