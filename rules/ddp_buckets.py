@@ -36,6 +36,7 @@ import math
 from typing import Iterator
 
 from advisor.evidence import Evidence
+from advisor.rulekit.codemods import at_ddp_call
 from advisor.rulekit.fixing import replace_target
 from advisor.rulekit.rule import Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
 
@@ -101,5 +102,13 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
 @check.fix(tolerance=1e-5, what="larger DDP buckets, gradients as bucket views")
 def fix(target, finding):
     """The same gradients, all-reduced in fewer, larger buckets (sums may reorder: 1e-5)."""
-    return replace_target(target, ddp_options={**target.ddp_options, "gradient_as_bucket_view": True,
-                                               "bucket_cap_mb": finding.evidence["suggested_bucket_cap_mb"]})
+    return replace_target(target, ddp_options={**target.ddp_options, **_options(finding)})
+
+
+def _options(finding):
+    return {"gradient_as_bucket_view": True, "bucket_cap_mb": finding.evidence["suggested_bucket_cap_mb"]}
+
+
+@check.patch(what="bucket_cap_mb and gradient_as_bucket_view at the DistributedDataParallel(...) call")
+def patch(files, finding):
+    return at_ddp_call(files, finding, **_options(finding))

@@ -31,6 +31,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from advisor.evidence import Evidence
+from advisor.rulekit.codemods import at_ddp_call
 from advisor.rulekit.fixing import replace_target
 from advisor.rulekit.rule import Finding, Fix, Layer, Location, Severity, Thresholds, rule
 
@@ -59,3 +60,8 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
 def fix(target, finding):
     """Build DDP without the search: the same gradients, all-reduced as soon as each bucket is ready."""
     return replace_target(target, ddp_options={**target.ddp_options, "find_unused_parameters": False})
+
+
+@check.patch(what="find_unused_parameters=False at the DistributedDataParallel(...) call")
+def patch(files, finding):
+    return at_ddp_call(files, finding, find_unused_parameters=False)

@@ -352,3 +352,20 @@ def removed_call(source: Source, call: Any) -> Change:
     if isinstance(source.parents.get(call), libcst.WithItem):
         return source.unwrap_with(call)
     return source.remove_statement(call)
+
+
+DDP_NAMES = ("DistributedDataParallel", "DDP")
+
+
+def at_ddp_call(files: Files, finding: Any, **keywords: Any) -> list[Change]:
+    """The finding's ``DistributedDataParallel(...)`` call (its location: where the script built DDP, by its
+    own name or the usual ``DDP`` alias) with these keywords set."""
+    place = next((loc for loc in finding.locations if loc.file), None)
+    if place is None:
+        raise NoEdit("the run did not see where DistributedDataParallel was built")
+    source = files.read(place.file)
+    found = [call for name in DDP_NAMES for call in source.calls(name, place.line)]
+    if len(found) != 1:
+        raise NoEdit(f"{len(found) or 'no'} DistributedDataParallel(...) call(s) at {place.file}:{place.line}")
+    return [source.set_keywords(found[0], **keywords)]
+
