@@ -112,16 +112,21 @@ def run_fix(options: FixOptions, progress: Callable[[str], None] = lambda text: 
         root = os.path.dirname(entry)
     plan = plan_patch(report.findings, rules.ruleset, entry=entry, root=root, unsafe=options.unsafe)
     by_id = {f.id: f for f in report.findings}
+    whole: list = []
     if plan.patched and options.verify:
-        _reaudit(plan, [by_id[i] for i in plan.patched], workload, options, rules, progress)
+        _reaudit(plan, [by_id[i] for i in plan.patched], workload, options, rules, progress, whole)
     for finding in report.findings:
         finding.edit = plan.edits.get(finding.id)
+    # the report's "all fixes together" is the whole patch's measurement here
+    report.verification = report.verification.model_copy(update={"combined": whole[0] if whole else None,
+                                                                 "enabled": options.verify})
     return FixResult(report=report, plan=plan, patch=plan.diff(plan.patched))
 
 
 def _reaudit(plan: PatchPlan, findings: list[Finding], workload, options: FixOptions, rules: RuleConfig,
-             progress: Callable[[str], None]) -> None:
-    """Each edit measured alone, then the held ones together; the whole patch audited for the findings."""
+             progress: Callable[[str], None], whole: list) -> None:
+    """Each edit measured alone, then the held ones together (appended to ``whole``); the whole patch audited
+    for the findings."""
     files = FileSession.start(options.shadow_limit_mb)
     try:
         measured = measure_fixes(
@@ -134,11 +139,24 @@ def _reaudit(plan: PatchPlan, findings: list[Finding], workload, options: FixOpt
         edit.verification = measured.results.get(finding.id)
         if edit.verification is not None and edit.verification.status not in HELD:
             edit.status, edit.reason = "dropped", _why_dropped(edit.verification)
+        elif (edit.verification is not None and finding.verification is not None
+              and finding.verification.status == "verified" and edit.verification.status == "no-gain"):
+            edit.status, edit.reason = "dropped", (  # --from an audit that measured the fix: the edit must hold it
+                f"the audit measured the fix {_speedup(finding.verification)}; the patched source "
+                f"{_speedup(edit.verification)}, no gain")
     held = plan.patched
-    if measured.combined is not None and held:
-        for finding_id in held:
-            plan.edits[finding_id].reason = (f"the whole patch: {measured.combined.status} "
-                                             f"{_speedup(measured.combined)}").strip()
+    verified = {f.id for f in findings if measured.results.get(f.id) and measured.results[f.id].status == "verified"}
+    if measured.combined is not None and verified == set(held):
+        whole.append(measured.combined)
+    elif len(held) > 1:  # the patch as handed over: every held edit, verified or not
+        files = FileSession.start(options.shadow_limit_mb)
+        try:
+            whole.append(_measure(plan, [f for f in findings if f.id in held], options.budget / (len(findings) + 1),
+                                  workload, rules, files))
+        finally:
+            files.close()
+    elif held:
+        whole.append(plan.edits[held[0]].verification)
     if held:
         with _patched_copy(plan, held, workload.entry) as patched:
             progress("auditing the patched source")

@@ -47,6 +47,11 @@ def print_fix(report: Report, patch: str, written: dict[str, str]) -> None:
     lines = [edit_line(f) for f in report.findings if f.edit is not None]
     for line in lines or ["no finding has a fix that advisor writes as a source edit"]:
         click.echo(f"[advisor] {line}", err=True)
+    whole = report.verification.combined
+    if whole is not None:
+        measured = (f" {whole.speedup:.2f}x [{whole.ci_low:.2f}-{whole.ci_high:.2f}]" if whole.speedup is not None
+                    else f" ({whole.note})")
+        click.echo(f"[advisor] the whole patch: patched source {whole.status}{measured}", err=True)
     if written:
         click.echo(f"[advisor] patch: {written['patch']}; report: {written['html']} and {written['json']}", err=True)
     if written.get("applied"):
