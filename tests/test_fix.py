@@ -54,12 +54,15 @@ def test_a_fix_the_step_cannot_measure_is_checked_cleared_applied_when_asked_and
     assert edit["cleared"] is True and "+        optimizer.zero_grad()" in done.stdout
 
     original = (tmp_path / "zero_grad_in_place.py").read_text()
-    applied = _fix(tmp_path, "zero_grad_in_place", "--apply")
+    saved = "reports/zero_grad_in_place.fix.json"  # its findings reused: no second audit
+    applied = _fix(tmp_path, "zero_grad_in_place", "--from", saved, "--apply")
     assert applied.returncode == 0, applied.stderr
     assert (tmp_path / "zero_grad_in_place.py.advisor-orig").read_text() == original
     assert "optimizer.zero_grad(set_to_none=False)" not in (tmp_path / "zero_grad_in_place.py").read_text()
-    again = _fix(tmp_path, "zero_grad_in_place", "--apply")  # nothing left to fix: refused, nothing written
+    patched = (tmp_path / "zero_grad_in_place.py").read_text()
+    again = _fix(tmp_path, "zero_grad_in_place", "--from", saved, "--apply")  # the line changed since that audit
     assert again.returncode != 0 and "Traceback" not in again.stderr and "nothing to apply" in again.stderr
+    assert (tmp_path / "zero_grad_in_place.py").read_text() == patched
     (tmp_path / "bad.json").write_text("{not json")
     bad = _fix(tmp_path, "zero_grad_in_place", "--from", "bad.json")
     assert bad.returncode != 0 and "Traceback" not in bad.stderr and "zero_grad_in_place.py" in bad.stderr
