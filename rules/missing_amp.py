@@ -39,6 +39,7 @@ from typing import Iterator
 
 from advisor.evidence import Evidence
 from advisor.opnames import MATMUL_FLOP_OPS, MATMUL_OPS, REDUCED_DTYPES
+from advisor.rulekit.codemods import NoEdit
 from advisor.rulekit.fixing import replace_target
 from advisor.rulekit.helpers import is_ampere_or_newer, low_precision, outermost
 from advisor.rulekit.rule import Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
@@ -171,3 +172,17 @@ def fix(target, finding):
     if not torch.ops.mkldnn._is_mkldnn_bf16_supported():
         raise NotVerifiable("this CPU has no native bf16, so autocast would run emulated; the fix applies on a GPU")
     return replace_target(target, autocast_dtype=torch.bfloat16)
+
+
+@check.patch(safe=False, what="the model's forward under torch.autocast")
+def patch(files, finding):
+    """The forward of the model ``get_model()`` builds (a class of the file's own) runs under autocast, in
+    the dtype the finding's device runs fast: reduced precision changes results by design (unsafe)."""
+    source = files.read(files.entry)
+    forward = source.method_of_returned_class("get_model", "forward")
+    device = "cuda" if str(finding.evidence.get("device", "")).startswith("cuda") else "cpu"
+    dtype = "bfloat16" if device == "cpu" or "bfloat16" in (finding.fix.summary if finding.fix else "") else "float16"
+    if finding.fix is not None and "GradScaler" in finding.fix.after:
+        raise NoEdit("fp16 training needs a GradScaler around the backward and the optimizer step: written by hand")
+    return source.with_torch([source.wrap_body(forward, f'torch.autocast("{device}", dtype=torch.{dtype})')])
+

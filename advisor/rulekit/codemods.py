@@ -235,6 +235,39 @@ class Source:
         parent = self.parents.get(call)
         return parent.attr.value if isinstance(parent, libcst.Attribute) and parent.value is call else ""
 
+    def method_of_returned_class(self, function: str, method: str) -> Any:
+        """``method`` of the class whose instance ``function`` returns, where the file defines that class
+        (``get_model()`` returning ``Net(...)``: ``Net.forward``); NoEdit otherwise (a library's module)."""
+        import libcst
+
+        returned = self.returned_by(function)
+        while isinstance(returned, libcst.Call) and isinstance(returned.func, libcst.Attribute):
+            returned = returned.func.value  # Net(...).eval() -> Net(...)
+        name = _dotted(returned.func) if isinstance(returned, libcst.Call) else ""
+        classes = [node for node in self.module.body if isinstance(node, libcst.ClassDef) and node.name.value == name]
+        if not classes:
+            raise NoEdit(f"{function}() in {self.path} returns no instance of a class the file defines, so there "
+                         f"is no {method} of the user's to edit")
+        methods = [node for node in classes[0].body.body if isinstance(node, libcst.FunctionDef)
+                   and node.name.value == method]
+        if len(methods) != 1:
+            raise NoEdit(f"{name} in {self.path} defines no {method}() of its own")
+        return methods[0]
+
+    def wrap_body(self, function: Any, with_item: str, what: str = "") -> Change:
+        """The function's body (after its docstring) inside ``with <with_item>:``."""
+        import libcst
+
+        def rewrite(node: Any) -> Any:
+            body = list(node.body.body)
+            docstring = body[:1] if body and _is_docstring(body[0]) else []
+            inner = body[len(docstring):]
+            block = libcst.With(items=[libcst.WithItem(item=libcst.parse_expression(with_item))],
+                                body=libcst.IndentedBlock(body=inner))
+            return node.with_changes(body=node.body.with_changes(body=[*docstring, block]))
+        return Change(path=self.path, node=function, replace=rewrite, lines=self.span(function),
+                      what=what or f"with {with_item}:")
+
     def after_imports(self, *statements: str, what: str = "") -> Change:
         """Statements added after the module's imports (library flags at the top of the entry point)."""
         import libcst
@@ -282,6 +315,13 @@ def _commas_fixed(args: list, original: Any) -> list:
             arg = arg.with_changes(comma=trailing)
         fixed.append(arg)
     return fixed
+
+
+def _is_docstring(statement: Any) -> bool:
+    import libcst
+
+    return (isinstance(statement, libcst.SimpleStatementLine) and len(statement.body) == 1
+            and isinstance(statement.body[0], libcst.Expr) and isinstance(statement.body[0].value, libcst.SimpleString))
 
 
 def _has_comment(comma: Any) -> bool:
