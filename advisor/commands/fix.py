@@ -112,25 +112,25 @@ def run_fix(options: FixOptions, progress: Callable[[str], None] = lambda text: 
         root = os.path.dirname(entry)
     plan = plan_patch(report.findings, rules.ruleset, entry=entry, root=root, unsafe=options.unsafe)
     by_id = {f.id: f for f in report.findings}
-    whole: list = []
+    whole = None
     if plan.patched and options.verify:
-        _reaudit(plan, [by_id[i] for i in plan.patched], workload, options, rules, progress, whole)
+        whole = _reaudit(plan, [by_id[i] for i in plan.patched], workload, report.target.device, options, rules,
+                         progress)
     for finding in report.findings:
         finding.edit = plan.edits.get(finding.id)
     # the report's "all fixes together" is the whole patch's measurement here
-    report.verification = report.verification.model_copy(update={"combined": whole[0] if whole else None,
-                                                                 "enabled": options.verify})
+    report.verification = report.verification.model_copy(update={"combined": whole, "enabled": options.verify})
     return FixResult(report=report, plan=plan, patch=plan.diff(plan.patched))
 
 
-def _reaudit(plan: PatchPlan, findings: list[Finding], workload, options: FixOptions, rules: RuleConfig,
-             progress: Callable[[str], None], whole: list) -> None:
-    """Each edit measured alone, then the held ones together (appended to ``whole``); the whole patch audited
-    for the findings."""
+def _reaudit(plan: PatchPlan, findings: list[Finding], workload, device: str, options: FixOptions,
+             rules: RuleConfig, progress: Callable[[str], None]) -> Verification | None:
+    """Each edit measured alone, then the held ones together (returned: the whole patch's measurement); the
+    patched copy audited again for the findings."""
     files = FileSession.start(options.shadow_limit_mb)
     try:
         measured = measure_fixes(
-            findings, lambda chosen, seconds: _measure(plan, chosen, seconds, workload, rules, files),
+            findings, lambda chosen, seconds: _measure(plan, chosen, seconds, workload, device, rules, files),
             None if options.pairs else options.budget, lambda: 5.0, device=options.device, progress=progress)
     finally:
         files.close()
@@ -146,17 +146,16 @@ def _reaudit(plan: PatchPlan, findings: list[Finding], workload, options: FixOpt
                 f"{_speedup(edit.verification)}, no gain")
     held = plan.patched
     verified = {f.id for f in findings if measured.results.get(f.id) and measured.results[f.id].status == "verified"}
+    whole = plan.edits[held[0]].verification if len(held) == 1 else None
     if measured.combined is not None and verified == set(held):
-        whole.append(measured.combined)
+        whole = measured.combined
     elif len(held) > 1:  # the patch as handed over: every held edit, verified or not
         files = FileSession.start(options.shadow_limit_mb)
         try:
-            whole.append(_measure(plan, [f for f in findings if f.id in held], options.budget / (len(findings) + 1),
-                                  workload, rules, files))
+            whole = _measure(plan, [f for f in findings if f.id in held], options.budget / (len(findings) + 1),
+                             workload, device, rules, files)
         finally:
             files.close()
-    elif held:
-        whole.append(plan.edits[held[0]].verification)
     if held:
         with _patched_copy(plan, held, workload.entry) as patched:
             progress("auditing the patched source")
@@ -164,12 +163,12 @@ def _reaudit(plan: PatchPlan, findings: list[Finding], workload, options: FixOpt
         remaining = {f.slug for f in again.findings}
         for finding_id in held:
             plan.edits[finding_id].cleared = next(f.slug for f in findings if f.id == finding_id) not in remaining
+    return whole
 
 
-def _measure(plan: PatchPlan, chosen: list[Finding], seconds: float, workload, rules: RuleConfig,
+def _measure(plan: PatchPlan, chosen: list[Finding], seconds: float, workload, device: str, rules: RuleConfig,
              files: FileSession) -> Verification:
     specs = [rules.ruleset.get(f.slug) for f in chosen]
-    device = workload.options.device if workload.options.device != "auto" else "cpu"
     for finding, rule in zip(chosen, specs):
         reason = rule.fix_spec.unmeasurable(finding, device) if rule.fix_spec is not None else None
         if reason is not None and len(chosen) == 1:
