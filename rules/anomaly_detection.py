@@ -27,8 +27,8 @@ from __future__ import annotations
 from typing import Iterator
 
 from advisor.evidence import Evidence
-from advisor.rulekit.codemods import removed_call
 from advisor.rulekit.fixing import replace_target
+from advisor.rulekit.patching import removed_call
 from advisor.rulekit.rule import Finding, Fix, Layer, Severity, Thresholds, rule
 
 

@@ -32,8 +32,8 @@ from __future__ import annotations
 from typing import Iterator
 
 from advisor.evidence import Evidence
-from advisor.rulekit.codemods import at_loader_call
 from advisor.rulekit.fixing import replace_target
+from advisor.rulekit.patching import at_loader_call
 from advisor.rulekit.rule import Finding, Fix, Layer, Severity, Threshold, Thresholds, rule
 
 DOCS = ["https://pytorch.org/tutorials/intermediate/pinmem_nonblock.html",

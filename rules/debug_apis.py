@@ -33,7 +33,7 @@ from collections import Counter
 from typing import Iterator
 
 from advisor.evidence import Evidence
-from advisor.rulekit.codemods import removed_call
+from advisor.rulekit.patching import removed_call
 from advisor.rulekit.rule import Finding, Fix, Layer, Location, Severity, Thresholds, rule
 
 DEBUG_APIS = ("torch.autograd.gradcheck", "torch.autograd.gradgradcheck", "torch.profiler.profile",

@@ -32,8 +32,8 @@ from __future__ import annotations
 from typing import Iterator
 
 from advisor.evidence import Evidence
-from advisor.rulekit.codemods import at_call_sites
 from advisor.rulekit.fixing import silenced, with_switches
+from advisor.rulekit.patching import at_call_sites
 from advisor.rulekit.rule import Finding, Fix, Layer, Location, Severity, Thresholds, rule
 
 API = "torch.cuda.empty_cache"

@@ -30,8 +30,8 @@ from __future__ import annotations
 from typing import Iterator
 
 from advisor.evidence import Evidence
-from advisor.rulekit.codemods import at_call_sites
 from advisor.rulekit.fixing import attribute, with_switches
+from advisor.rulekit.patching import at_call_sites
 from advisor.rulekit.rule import Finding, Fix, Layer, Location, Severity, Thresholds, rule
 
 API = "zero_grad"  # Optimizer.zero_grad and Module.zero_grad

@@ -9,8 +9,9 @@ import os
 from dataclasses import dataclass, field
 
 from advisor.fix.edits import applied, overlapping
-from advisor.rulekit.codemods import Change, Files, NoEdit, Source
+from advisor.rulekit.codemods import Change, NoEdit, Source
 from advisor.rulekit.engine import RuleSet
+from advisor.rulekit.patching import Files
 from advisor.rulekit.rule import Finding, SourceEdit
 from advisor.sources import is_library_path
 from advisor.verify.plan import expected_gain
