@@ -8,7 +8,8 @@ timing the same window of steps; each pair gives a ratio of their mean step time
 wait when the fix changes the loader), and the verdict and its interval come from the same
 bootstrap as ``audit``'s. Numerics: the first steps' losses and gradients (or the model's first
 outputs) of the first candidate run against the first baseline run, within the rule's
-tolerance, once two baseline runs have shown the script gives the same values run to run.
+tolerance, once two baseline runs have shown the script gives the same values run to run (a fix that
+changes the results is known then, before its second run).
 Fixes verified one by one are then measured together. After the minimum runs, a fix stops being
 run once its interval clears the no-gain band (a verdict already decided), or when its share of
 the budget is spent.
@@ -124,10 +125,10 @@ class RunVerifier:
                 arm.add(*outcome)
                 if not injected:
                     self.baseline_s.append(time.monotonic() - run_began)
-            if len(base.windows) == 2 and not cand.windows[0]["changes_loader"]:
-                failed, _ = self._numerics(base, cand, tolerance, loader_only=False)
-                if failed is not None:
-                    return failed  # known after two pairs: no need to time a fix that changes the results
+                if arm is base and len(base.windows) == 2 and not cand.windows[0]["changes_loader"]:
+                    failed, _ = self._numerics(base, cand, tolerance, loader_only=False)
+                    if failed is not None:
+                        return failed  # known from two baselines and one candidate: no second candidate run
             pair_s = time.monotonic() - pair_began
             if not self.pairs and len(base.windows) >= MIN_PAIRS and (time.monotonic() - began + pair_s > share_s
                                                                       or self._decided(base, cand)):
