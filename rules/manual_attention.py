@@ -42,6 +42,7 @@ Example:
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from advisor.evidence import Evidence, GraphNode
@@ -338,3 +339,18 @@ def _untransposed(graph: torch.fx.Graph, key_transposed: torch.fx.Node) -> torch
         if dims == {rank - 1, rank - 2}:
             return key_transposed.args[0]
     return graph.call_method("transpose", (key_transposed, -2, -1))
+
+
+@check.patch(what="the hand-written block as one scaled_dot_product_attention call")
+def patch(files, finding):
+    """Each block the finding names (from its scores line to its output line), when it is the plain chain
+    ``attention_edit`` reads; the dropout, the mask and the scale carried over."""
+    from advisor.rulekit.attention_edit import sdpa_changes
+
+    changes = []
+    for place in finding.locations:
+        scores, output = (int(n) for n in re.findall(r"line (\d+)", place.note)[:2])
+        source = files.read(place.file)
+        changes += sdpa_changes(source, scores, output)
+    return source.with_torch(changes) if changes else changes
+

@@ -64,6 +64,11 @@ def plan_patch(findings: list[Finding], ruleset: RuleSet, entry: str, root: str,
         except NoEdit as reason:
             plan.edits[finding.id] = SourceEdit(status="not patched", safe=spec.safe, what=spec.what, reason=str(reason))
             continue
+        unsafe_why = next((change.unsafe for change in changes if change.unsafe), "")
+        if unsafe_why and not unsafe:
+            plan.edits[finding.id] = SourceEdit(status="unsafe", safe=False, what=spec.what,
+                                                reason=f"{unsafe_why}; made with --unsafe-fixes")
+            continue
         clash = next((other for change in changes if (other := overlapping(kept, change)) is not None), None)
         if clash is not None:
             plan.edits[finding.id] = SourceEdit(
@@ -73,8 +78,8 @@ def plan_patch(findings: list[Finding], ruleset: RuleSet, entry: str, root: str,
         kept += changes
         plan.changes[finding.id] = changes
         first = changes[0]
-        plan.edits[finding.id] = SourceEdit(status="patched", file=first.path, lines=first.lines, safe=spec.safe,
-                                            what=spec.what or first.what)
+        plan.edits[finding.id] = SourceEdit(status="patched", file=first.path, lines=first.lines,
+                                            safe=spec.safe and not unsafe_why, what=spec.what or first.what)
         plan.edits[finding.id].diff = plan.diff([finding.id])
     return plan
 

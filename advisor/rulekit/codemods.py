@@ -37,6 +37,7 @@ class Change:
     insert: tuple[str, ...] = ()  # statements to add after the imports (those already there are skipped)
     what: str = ""
     keywords: tuple[str, ...] = ()  # the keywords a set_keywords change sets: two such changes of one call merge
+    unsafe: str = ""  # why this edit changes results by design, where the rule's edits are otherwise safe
 
 
 @dataclass
