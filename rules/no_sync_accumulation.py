@@ -38,6 +38,7 @@ from typing import Iterator
 
 from advisor.evidence import Evidence
 from advisor.rulekit.fixing import replace_target
+from advisor.rulekit.patching import no_sync_loop
 from advisor.rulekit.rule import Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
 
 
@@ -85,3 +86,11 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
 def fix(target, finding):
     """The same summed gradients, all-reduced once per optimizer step (float sums reorder: 1e-5)."""
     return replace_target(target, ddp_sync_every=int(finding.evidence["micro_steps"]))
+
+
+@check.patch(what="model.no_sync() on every micro-step but the last")
+def patch(files, finding):
+    """The ``for i in range(n):`` micro-step loop around the forward, its body under ``model.no_sync()`` but on
+    its last iteration. A loop of another shape (a counter over a loader) is left to the user."""
+    return no_sync_loop(files, finding)
+

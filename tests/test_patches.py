@@ -156,3 +156,24 @@ def test_every_samples_source_fixable_finding_is_patched_into_code_that_compiles
             ("manual_attention", "manual-attention")} <= patched
     # a model the file takes from torch.nn (no forward of its own to put under autocast): no edit, and why
     assert "returns no instance of a class the file defines" in refused[("missing_amp", "missing-amp")]
+
+
+def test_a_ddp_jobs_three_findings_become_one_patch_of_its_script():
+    """rank 0's saved evidence of ``advisor run -- torchrun ... ddp_train.py``: the two DDP keyword edits of
+    one constructor merge, and the micro-step loop runs under no_sync but on its last iteration."""
+    from evidence_fixtures import DDP_DIR, saved_evidence
+
+    from advisor.rulekit.engine import run_rules
+
+    rules = load_rules()
+    evidence = saved_evidence("ddp_train", DDP_DIR)
+    findings, _ = run_rules(rules, evidence)
+    plan = plan_patch(findings, rules, entry=evidence.target.model_file, root=str(PATCHES.parents[2]))
+    statuses = {f.slug: plan.edits[f.id].status for f in findings if f.id in plan.edits}
+    assert statuses == {"no-sync-accumulation": "patched", "find-unused-parameters": "patched",
+                        "ddp-buckets": "patched"}, statuses
+    [text] = plan.texts().values()
+    compile(text, evidence.target.model_file, "exec")
+    assert "find_unused_parameters=False" in text and "gradient_as_bucket_view=True" in text
+    assert "with (contextlib.nullcontext() if _micro == args.accumulate - 1 else model.no_sync()):" in text
+    assert plan.diff().startswith("--- a/samples/scripts/ddp_train.py\n")

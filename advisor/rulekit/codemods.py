@@ -83,6 +83,31 @@ class Source:
             found = starting or [node for node in found if self.span(node)[0] <= line <= self.span(node)[1]]
         return sorted(found, key=lambda node: self.span(node))
 
+    def calls_on_line(self, line: int) -> list[Any]:
+        """Every call that starts on ``line``."""
+        import libcst
+
+        return [node for node in self.positions if isinstance(node, libcst.Call) and self.span(node)[0] == line]
+
+    def statement_at(self, line: int) -> Any:
+        """The innermost simple statement that starts on ``line``."""
+        import libcst
+
+        found = [node for node in self.positions if isinstance(node, libcst.SimpleStatementLine)
+                 and self.span(node)[0] == line]
+        if not found:
+            raise NoEdit(f"no statement starts at {self.path}:{line}")
+        return found[0]
+
+    def imports(self, module: str) -> bool:
+        """``import <module>`` at the top level of the file."""
+        import libcst
+
+        return any(isinstance(part, libcst.Import) and any(_dotted(alias.name) == module and alias.asname is None
+                                                          for alias in part.names)
+                   for statement in self.module.body if isinstance(statement, libcst.SimpleStatementLine)
+                   for part in statement.body)
+
     def call(self, line: int, name: str) -> Any:
         """The one call of ``name`` at ``line``; NoEdit when there is none or more than one."""
         found = self.calls(name, line)
@@ -208,12 +233,7 @@ class Source:
                       what=", ".join(map(repr, values)))
 
     def imports_torch(self) -> bool:
-        import libcst
-
-        return any(isinstance(part, libcst.Import) and any(_dotted(alias.name) == "torch" and alias.asname is None
-                                                          for alias in part.names)
-                   for statement in self.module.body if isinstance(statement, libcst.SimpleStatementLine)
-                   for part in statement.body)
+        return self.imports("torch")
 
     def with_torch(self, changes: list[Change]) -> list[Change]:
         """``changes`` that name ``torch.``, with ``import torch`` added where the file lacks it."""

@@ -69,3 +69,53 @@ def at_ddp_call(files: Files, finding: Any, **keywords: Any) -> list[Change]:
     if len(found) != 1:
         raise NoEdit(f"{len(found) or 'no'} DistributedDataParallel(...) call(s) at {place.file}:{place.line}")
     return [source.set_keywords(found[0], **keywords)]
+
+
+def no_sync_loop(files: Files, finding: Any) -> list[Change]:
+    """The micro-step loop around the finding's forward (``for i in range(n):`` holding the DDP model's call
+    and a ``.backward()``), its body run under ``model.no_sync()`` on every iteration but the last."""
+    import libcst
+
+    place = next((loc for loc in finding.locations if loc.file), None)
+    if place is None:
+        raise NoEdit("the run did not see where the micro-steps' forward is")
+    source = files.read(place.file)
+    ddp_names = {target.target.value for node in source.positions if isinstance(node, libcst.Assign)
+                 for target in node.targets if isinstance(target.target, libcst.Name)
+                 and isinstance(node.value, libcst.Call) and _ddp_call(node.value)}
+    model = next((call.func.value for call in source.calls_on_line(place.line)
+                  if isinstance(call.func, libcst.Name) and call.func.value in ddp_names), None)
+    if model is None:
+        raise NoEdit(f"no call of the DistributedDataParallel model at {place.file}:{place.line}")
+    loop = source.parents.get(source.statement_at(place.line))
+    while loop is not None and not isinstance(loop, libcst.For):
+        loop = source.parents.get(loop)
+    if loop is None or not isinstance(loop.target, libcst.Name) or not _is_range_of_one(loop.iter):
+        raise NoEdit(f"the forward at {place.file}:{place.line} is not in a `for i in range(n):` micro-step loop")
+    if not any(source.calls("backward", line) for line in range(*_lines_plus_one(source.span(loop)))):
+        raise NoEdit(f"the loop at {place.file}:{source.span(loop)[0]} holds no backward()")
+    index, count = loop.target.value, source.module.code_for_node(loop.iter.args[0].value)
+    guard = (f"(contextlib.nullcontext() if {index} == {count} - 1 else {model}.no_sync())")
+    changes = [source.wrap_body(loop, guard, what=f"{model}.no_sync() on all micro-steps but the last")]
+    if not source.imports("contextlib"):
+        changes.insert(0, source.after_imports("import contextlib"))
+    return changes
+
+
+def _ddp_call(call: Any) -> bool:
+    import libcst
+
+    name = call.func.attr.value if isinstance(call.func, libcst.Attribute) else getattr(call.func, "value", "")
+    return name in DDP_NAMES
+
+
+def _is_range_of_one(node: Any) -> bool:
+    import libcst
+
+    return (isinstance(node, libcst.Call) and isinstance(node.func, libcst.Name) and node.func.value == "range"
+            and len(node.args) == 1)
+
+
+def _lines_plus_one(span: tuple[int, int]) -> tuple[int, int]:
+    return span[0], span[1] + 1
+
