@@ -32,6 +32,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from advisor.evidence import Evidence
+from advisor.rulekit.codemods import NoEdit
 from advisor.rulekit.fixing import silenced, with_switches
 from advisor.rulekit.rule import Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
 
@@ -75,3 +76,28 @@ def fix(target, finding):
 
 
     return with_switches(target, silenced(torch, "save"))
+
+
+WRITER = "checkpoint_writer"
+
+
+@check.patch(safe=False, what="torch.save handed to a background writer, on a snapshot taken in the step")
+def patch(files, finding):
+    """Each ``torch.save(obj, path)`` the finding names becomes ``checkpoint_writer.submit(torch.save,
+    copy.deepcopy(obj), path)`` on one writer thread (made after the imports; the interpreter waits for it at
+    exit). The step pays the snapshot, not the write; the file appears after the call returns, so code that
+    reads it at once must wait (unsafe)."""
+    changes = []
+    for place in finding.locations:
+        source = files.read(place.file)
+        call = source.call(place.line, "save")
+        if len(call.args) < 2 or call.args[0].keyword is not None:
+            raise NoEdit(f"the save at {place.file}:{place.line} is not torch.save(obj, path, ...)")
+        code = source.module.code_for_node
+        rest = ", ".join(code(arg).rstrip().rstrip(",") for arg in call.args[1:])
+        changes.append(source.replace_statement(
+            call, f"{WRITER}.submit({{func}}, copy.deepcopy({code(call.args[0].value)}), " + rest + ")"))
+        changes.append(source.after_imports("import concurrent.futures", "import copy",
+                                            f"{WRITER} = concurrent.futures.ThreadPoolExecutor(max_workers=1)"))
+    return changes
+

@@ -289,6 +289,22 @@ class Source:
         return Change(path=self.path, node=function, replace=rewrite, lines=self.span(function),
                       what=what or f"with {with_item}:")
 
+    def replace_statement(self, call: Any, template: str, what: str = "") -> Change:
+        """The statement that is exactly this call rewritten by ``template``, where ``{func}`` stands for the
+        call's callee as written (``writer.submit({func}, ...)``)."""
+        import libcst
+
+        expression = self.parents.get(call)
+        statement = self.parents.get(expression) if isinstance(expression, libcst.Expr) else None
+        if not isinstance(statement, libcst.SimpleStatementLine) or len(statement.body) != 1:
+            raise NoEdit(f"the call at {self.path}:{self.span(call)[0]} is part of a larger statement")
+        text = template.replace("{func}", self.module.code_for_node(call.func))  # the user's code may hold braces
+
+        def rewrite(node: Any) -> Any:
+            return node.with_changes(body=[libcst.parse_statement(text + "\n").body[0]])
+        return Change(path=self.path, node=statement, replace=rewrite, lines=self.span(statement),
+                      what=what or text)
+
     def after_imports(self, *statements: str, what: str = "") -> Change:
         """Statements added after the module's imports (library flags at the top of the entry point)."""
         import libcst
