@@ -10,6 +10,8 @@ import click
 
 from advisor.cli_common import check_model_file, fail, model_file_options
 from advisor.errors import stop_name
+from advisor.report.assembly import failed
+from advisor.report.terminal import print_problems
 from advisor.rulekit.thresholds import SettingError
 
 
@@ -63,5 +65,8 @@ def fix(target, from_report, unsafe, apply_edits, out_dir, rule_dirs, settings, 
         fail(f"{model_file}: {refused}; no source file was changed", debug)
     except Exception as unexpected:  # noqa: BLE001 - a clear line, not a traceback
         fail(f"{model_file}: internal error in advisor: {type(unexpected).__name__}: {unexpected}", debug)
+    if failed(result.report):  # the audit itself did not run (a file that does not load): nothing was patched
+        print_problems(result.report, model_file, debug)
+        fail(f"{model_file}: the audit did not complete, so no fix was planned; no source file was changed", debug)
     print_fix(result.report, result.patch, written)
     sys.exit(0)

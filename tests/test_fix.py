@@ -63,6 +63,9 @@ def test_a_fix_the_step_cannot_measure_is_checked_cleared_applied_when_asked_and
     again = _fix(tmp_path, "zero_grad_in_place", "--from", saved, "--apply")  # the line changed since that audit
     assert again.returncode != 0 and "Traceback" not in again.stderr and "nothing to apply" in again.stderr
     assert (tmp_path / "zero_grad_in_place.py").read_text() == patched
+    (tmp_path / "broken.py").write_text("def get_model(:\n")
+    broken = _fix(tmp_path, "broken")
+    assert broken.returncode == 2 and "the audit did not complete" in broken.stderr and "Traceback" not in broken.stderr
     (tmp_path / "bad.json").write_text("{not json")
     bad = _fix(tmp_path, "zero_grad_in_place", "--from", "bad.json")
     assert bad.returncode != 0 and "Traceback" not in bad.stderr and "zero_grad_in_place.py" in bad.stderr
