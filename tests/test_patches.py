@@ -177,3 +177,25 @@ def test_a_ddp_jobs_three_findings_become_one_patch_of_its_script():
     assert "find_unused_parameters=False" in text and "gradient_as_bucket_view=True" in text
     assert "with (contextlib.nullcontext() if _micro == args.accumulate - 1 else model.no_sync()):" in text
     assert plan.diff().startswith("--- a/samples/scripts/ddp_train.py\n")
+
+
+def test_apply_refuses_a_file_changed_since_it_was_read_or_an_old_backup_and_writes_nothing(tmp_path):
+    from advisor.fix.apply import BACKUP_SUFFIX, ApplyRefused, apply_patch
+
+    model = tmp_path / "model.py"
+    model.write_text("def step(optimizer):\n    optimizer.zero_grad(set_to_none=False)  # keep this comment\n")
+    finding = Finding(id="z", slug="zero-grad", message="m", severity=Severity.LOW, evidence={},
+                      locations=[Location(file=str(model), line=2)])
+    plan = plan_patch([finding], load_rules(), entry=str(model), root=str(tmp_path))
+    (tmp_path / ("model.py" + BACKUP_SUFFIX)).write_text("an earlier backup")
+    with pytest.raises(ApplyRefused, match="exists already"):
+        apply_patch(plan)
+    (tmp_path / ("model.py" + BACKUP_SUFFIX)).unlink()
+    model.write_text(model.read_text() + "# edited meanwhile\n")
+    with pytest.raises(ApplyRefused, match="changed since the audit read it"):
+        apply_patch(plan)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.py"]  # nothing written, no backup left
+    model.write_text(plan.sources[str(model)].text)
+    assert apply_patch(plan) == [str(model)]
+    assert model.read_text() == "def step(optimizer):\n    optimizer.zero_grad()  # keep this comment\n"
+    assert (tmp_path / ("model.py" + BACKUP_SUFFIX)).read_text() == plan.sources[str(model)].text
