@@ -13,8 +13,8 @@ def overlapping(kept: list[Change], change: Change) -> Change | None:
     for other in kept:
         if other.path != change.path:
             continue
-        if change.insert and other.insert:
-            continue  # both add lines after the imports: they are merged
+        if change.insert or other.insert:
+            continue  # lines added after the imports: merged with any other, and before every statement
         if (change.node is other.node and change.keywords and other.keywords
                 and not set(change.keywords) & set(other.keywords)):
             continue  # different keywords of one call: made one after the other
