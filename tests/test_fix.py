@@ -137,6 +137,11 @@ def test_a_scripts_patch_is_re_run_under_advisor_run_beside_the_original(tmp_pat
     assert "+            optimizer.zero_grad()  # ZERO GRAD LINE" in done.stdout
     report = json.loads((tmp_path / "reports" / "train_loop.fix.json").read_text())
     edits = {f["slug"]: f["edit"] for f in report["findings"] if f["edit"]}
+    # the checkpoint's background writer changes when the file appears: offered only with --unsafe-fixes
+    unsafe = edits.pop("checkpoint-in-step")
+    assert unsafe["status"] == "unsafe" and unsafe["verification"] is None and not unsafe["diff"], unsafe
+    patch = (tmp_path / "reports" / "train_loop.patch").read_text().splitlines()
+    assert not [line for line in patch if line[:1] in "+-" and "torch.save" in line], patch
     for edit in edits.values():
         # runs of the patched copy alternating with the original's; the gain is this machine's
         assert edit["verification"]["samples"] == 2 and edit["verification"]["timed"] in ("run", "run with data"), edit
