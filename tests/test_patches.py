@@ -90,6 +90,21 @@ def test_a_file_that_does_not_parse_or_lies_in_a_library_is_never_edited(tmp_pat
     assert plan.texts() == {} and plan.diff() == "" and in_library.read_bytes() == before
 
 
+def test_an_edit_outside_the_entrys_folder_is_refused_as_the_re_audit_could_not_check_it(tmp_path):
+    (tmp_path / "shared").mkdir()
+    (tmp_path / "job").mkdir()
+    helper = tmp_path / "shared" / "loaders.py"
+    helper.write_text("from torch.utils.data import DataLoader\nloader = DataLoader(range(8), batch_size=2)\n")
+    entry = tmp_path / "job" / "train.py"
+    entry.write_text("from shared.loaders import loader\n")
+    outside = _loader_finding("dataloader-workers", helper, 2, workers_suggested=1)
+    plan = plan_patch([outside], load_rules(), entry=str(entry), root=str(tmp_path))
+    assert plan.edits[outside.id].status == "not patched", plan.edits[outside.id]
+    assert "outside" in plan.edits[outside.id].reason and plan.texts() == {}
+    inside = plan_patch([outside], load_rules(), entry=str(tmp_path / "train.py"), root=str(tmp_path))
+    assert inside.edits[outside.id].status == "patched"  # from the folder above, the helper is in the copy
+
+
 def test_an_unsafe_edit_waits_for_unsafe_fixes_and_a_rule_without_a_source_form_gets_no_edit(tmp_path):
     from advisor.rulekit.rule import PatchSpec
 

@@ -193,11 +193,7 @@ class _patched_copy:
         copy = os.path.join(self.scratch, os.path.basename(folder) or "model")
         _mirror(folder, copy)
         for path, text in self.plan.texts(self.finding_ids).items():
-            relative = os.path.relpath(path, folder)
-            if relative.startswith(".."):
-                raise ValueError(f"{path} lies outside the model's folder {folder}: re-auditing an edit there "
-                                 "is not supported")
-            target = os.path.join(copy, relative)
+            target = os.path.join(copy, os.path.relpath(path, folder))  # inside: plan_patch refuses the rest
             if os.path.islink(target):
                 os.unlink(target)
             with open(target, "w", encoding="utf-8") as handle:

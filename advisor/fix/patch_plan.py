@@ -109,7 +109,11 @@ def _changes(plan: PatchPlan, apply, finding: Finding, entry: str) -> list[Chang
     changes = list(apply(Files(os.path.abspath(entry), source), finding) or [])
     if not changes:
         raise NoEdit("the rule found nothing to change in the source")
+    folder = os.path.dirname(os.path.abspath(entry))
     for change in changes:
         if is_library_path(change.path):
             raise NoEdit(f"{change.path} is a library file, which advisor never patches")
+        if os.path.relpath(os.path.abspath(change.path), folder).startswith(".."):
+            raise NoEdit(f"{change.path} lies outside {folder}, the folder the re-audit copies, so an edit there "
+                         "could not be checked; audit from a folder that holds both")
     return changes
