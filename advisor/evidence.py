@@ -87,6 +87,8 @@ class TargetInfo(Record):
     optimizer_options: dict[str, Any] = Field(default_factory=dict)
     has_dataloader: bool = False
     autocast: str | None = Field(default=None, description="autocast dtype active in the step, if any")
+    forward_call: Location | None = Field(default=None, description="where a script calls the model, when that "
+                                                                    "line is the user's (not a library's loop)")
     module_types: dict[str, int] = Field(default_factory=dict, description="module class -> count in the model")
     optimizer_param_tensors: int = Field(default=0, description="parameter tensors the optimizer updates")
 

@@ -115,6 +115,16 @@ def user_frame_of(frame: Any) -> tuple[str, int] | None:
     return None
 
 
+def direct_user_caller(frame: Any) -> tuple[str, int] | None:
+    """The frame that called into torch, where it is the user's own line (``loss = loss_fn(model(x), y)``);
+    None when a library made the call (a Trainer's loop: its line is not the user's to edit)."""
+    while frame is not None and frame.f_code.co_filename.startswith((TORCH_DIR, ADVISOR_DIR)):
+        frame = frame.f_back
+    if frame is None or is_library_path(frame.f_code.co_filename):
+        return None
+    return frame.f_code.co_filename, frame.f_lineno
+
+
 def user_frame(depth: int = 2) -> tuple[str, int] | None:
     """The innermost frame outside torch and advisor, seen from the caller's caller."""
     return user_frame_of(sys._getframe(depth))

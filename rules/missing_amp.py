@@ -41,6 +41,7 @@ from advisor.evidence import Evidence
 from advisor.opnames import MATMUL_FLOP_OPS, MATMUL_OPS, REDUCED_DTYPES
 from advisor.rulekit.codemods import NoEdit
 from advisor.rulekit.fixing import replace_target
+from advisor.rulekit.patching import forward_and_loss
 from advisor.rulekit.helpers import is_ampere_or_newer, low_precision, outermost
 from advisor.rulekit.rule import Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
 
@@ -109,8 +110,10 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
             "fp32_parameters": params.get("float32", 0),
             "device": ev.target.device,
             **({"cpu_native_bf16": ev.env.cpu_native_bf16} if ev.env is not None else {}),
+            "autocast_dtype": _dtype(ev),
+            **({"forward_call_line": ev.target.forward_call.line} if ev.target.forward_call is not None else {}),
         },
-        locations=_hot_lines(ev, matmuls),
+        locations=_places(ev, matmuls),
         fix=_fix(ev),
     )
 
@@ -129,10 +132,15 @@ def _device_advice(ev: Evidence, share: float) -> tuple[Severity, str]:
                            "it applies when the model runs on a GPU")
 
 
+def _dtype(ev: Evidence) -> str:
+    """What the device runs fast: bf16 on a CPU or an Ampere-or-newer GPU, fp16 on older GPUs."""
+    return "float16" if ev.on_cuda and not is_ampere_or_newer(ev.env) else "bfloat16"
+
+
 def _fix(ev: Evidence) -> Fix:
     training = ev.target.mode == "train"
     if ev.on_cuda:
-        dtype = "bfloat16" if is_ampere_or_newer(ev.env) else "float16"
+        dtype = _dtype(ev)
         after = f'with torch.autocast("cuda", dtype=torch.{dtype}):\n    loss = loss_fn(model(x), y)'
         if dtype == "float16" and training:
             after = ("scaler = torch.amp.GradScaler()\n" + after +
@@ -145,6 +153,13 @@ def _fix(ev: Evidence) -> Fix:
             summary += " on CPUs with AVX512-BF16/AMX; on GPU use torch.autocast('cuda', dtype=torch.bfloat16)"
     before = "loss = loss_fn(model(x), y)" if training else "out = model(x)"
     return Fix(summary=summary, before=before, after=after, docs=DOCS)
+
+
+def _places(ev: Evidence, matmuls: list) -> list[Location]:
+    """Where autocast goes (a script's call of the model), then the lines that run the most matmul time."""
+    call = ev.target.forward_call
+    forward = [call.model_copy(update={"note": "the model's forward: run it and the loss under autocast"})] if call else []
+    return forward + _hot_lines(ev, matmuls)
 
 
 def _hot_lines(ev: Evidence, matmuls: list) -> list[Location]:
@@ -176,13 +191,22 @@ def fix(target, finding):
 
 @check.patch(safe=False, what="the model's forward under torch.autocast")
 def patch(files, finding):
-    """The forward of the model ``get_model()`` builds (a class of the file's own) runs under autocast, in
-    the dtype the finding's device runs fast: reduced precision changes results by design (unsafe)."""
-    source = files.read(files.entry)
-    forward = source.method_of_returned_class("get_model", "forward")
+    """In a script, the statement that calls the model (and the loss computed from its output on the next
+    line) runs under autocast; in a model file, the forward of the model ``get_model()`` builds (a class
+    of the file's own). In the dtype the finding's device runs fast: reduced precision changes results by
+    design (unsafe)."""
     device = "cuda" if str(finding.evidence.get("device", "")).startswith("cuda") else "cpu"
-    dtype = "bfloat16" if device == "cpu" or "bfloat16" in (finding.fix.summary if finding.fix else "") else "float16"
-    if finding.fix is not None and "GradScaler" in finding.fix.after:
+    dtype = finding.evidence.get("autocast_dtype") or "bfloat16"
+    if dtype != "bfloat16" and device == "cpu":
+        raise NoEdit(f"{dtype} autocast on a CPU: not a fix advisor writes")
+    if dtype == "float16" and (finding.fix is None or "GradScaler" in finding.fix.after):
         raise NoEdit("fp16 training needs a GradScaler around the backward and the optimizer step: written by hand")
-    return source.with_torch([source.wrap_body(forward, f'torch.autocast("{device}", dtype=torch.{dtype})')])
+    autocast = f'torch.autocast("{device}", dtype=torch.{dtype})'
+    line = finding.evidence.get("forward_call_line")
+    call = next((loc for loc in finding.locations if loc.file and loc.line == line), None)
+    if call is None:
+        source = files.read(files.entry)
+        return source.with_torch([source.wrap_body(source.method_of_returned_class("get_model", "forward"), autocast)])
+    source = files.read(call.file)
+    return source.with_torch(source.wrap_statements(forward_and_loss(source, call.line), autocast))
 

@@ -38,6 +38,8 @@ def test_a_training_script_gets_its_findings_at_its_own_lines(tmp_path):
     assert line_of(script, "ITEM LINE") in _lines(report, "host-sync")
     assert line_of(script, "SAVE LINE") in _lines(report, "checkpoint-in-step")
     assert line_of(script, "ZERO GRAD LINE") in _lines(report, "zero-grad")
+    # where the script calls its model: the line an autocast edit wraps
+    assert (report.target.forward_call.file, report.target.forward_call.line) == (str(script), line_of(script, "FORWARD LINE"))
     if "dataloader-workers" in fired:  # at the DataLoader(...) call, with __getitem__ as the cost
         assert _lines(report, "dataloader-workers") == {line_of(script, "loader = DataLoader("),
                                                         line_of(script, "def __getitem__")}

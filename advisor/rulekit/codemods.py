@@ -289,6 +289,23 @@ class Source:
         return Change(path=self.path, node=function, replace=rewrite, lines=self.span(function),
                       what=what or f"with {with_item}:")
 
+    def wrap_statements(self, statements: list[Any], with_item: str, what: str = "") -> list[Change]:
+        """Consecutive statements of one block inside ``with <with_item>:`` (the comments above the first
+        stay above the with)."""
+        import libcst
+
+        first, rest = statements[0], statements[1:]
+
+        def rewrite(node: Any) -> Any:
+            return libcst.With(items=[libcst.WithItem(item=libcst.parse_expression(with_item))],
+                               body=libcst.IndentedBlock(body=[node.with_changes(leading_lines=()), *rest]),
+                               leading_lines=node.leading_lines)
+        what = what or f"with {with_item}:"
+        return [Change(path=self.path, node=first, replace=rewrite, lines=(self.span(first)[0],
+                                                                           self.span(statements[-1])[1]), what=what),
+                *(Change(path=self.path, node=statement, replace=lambda node: libcst.RemoveFromParent(),
+                         lines=self.span(statement), what=what) for statement in rest)]
+
     def replace_statement(self, call: Any, template: str, what: str = "") -> Change:
         """The statement that is exactly this call rewritten by ``template``, where ``{func}`` stands for the
         call's callee as written (``writer.submit({func}, ...)``)."""

@@ -119,3 +119,43 @@ def _is_range_of_one(node: Any) -> bool:
 def _lines_plus_one(span: tuple[int, int]) -> tuple[int, int]:
     return span[0], span[1] + 1
 
+
+
+def forward_and_loss(source: Source, line: int) -> list[Any]:
+    """The statement at ``line`` that calls the model, and the next one where it computes a loss from that
+    output (``logits = model(x)``, then ``loss = F.cross_entropy(logits, y)``): what autocast wraps. Never
+    a backward(): gradients are computed outside autocast."""
+    import libcst
+    from libcst import matchers
+
+    forward = source.statement_at(line)
+    if _calls_backward(forward):
+        raise NoEdit(f"the forward at {source.path}:{line} and its backward() share one statement; autocast must "
+                     "end before the backward")
+    block = source.parents.get(forward)
+    body = list(block.body) if isinstance(block, (libcst.IndentedBlock, libcst.Module)) else [forward]
+    index = next(i for i, statement in enumerate(body) if statement is forward)
+    statements = [forward]
+    following = body[index + 1] if index + 1 < len(body) else None
+    if isinstance(following, libcst.SimpleStatementLine) and not _calls_backward(following):
+        read = {name.value for name in matchers.findall(following, matchers.Name())}
+        if any("loss" in name.lower() for name in _assigned(following)) and _assigned(forward) & read:
+            statements.append(following)
+    return statements
+
+
+def _assigned(statement: Any) -> set[str]:
+    """The plain names a simple statement assigns (``a, b = ...``: a and b)."""
+    import libcst
+    from libcst import matchers
+
+    targets = [t.target for part in statement.body if isinstance(part, libcst.Assign) for t in part.targets]
+    targets += [part.target for part in statement.body if isinstance(part, (libcst.AnnAssign, libcst.AugAssign))]
+    return {name.value for target in targets for name in matchers.findall(target, matchers.Name())}
+
+
+def _calls_backward(statement: Any) -> bool:
+    import libcst
+    from libcst import matchers
+
+    return bool(matchers.findall(statement, matchers.Call(func=matchers.Attribute(attr=matchers.Name("backward")))))

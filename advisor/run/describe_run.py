@@ -19,9 +19,9 @@ def the_model(window: StepWindow) -> tuple[Any, list[str]]:
     updated = {id(p) for o in window.optimizers.values() for g in o.param_groups for p in g["params"]}
 
     def rank(entry: list) -> tuple:
-        module, calls, _ = entry
+        module, calls, _, _ = entry
         return (sum(1 for p in module.parameters() if id(p) in updated), calls)
-    module, _, inputs = max(window.outermost.values(), key=rank)
+    module, _, inputs, _ = max(window.outermost.values(), key=rank)
     return module, inputs or []
 
 
@@ -31,7 +31,7 @@ def describe_run(window: StepWindow) -> None:
 
     from advisor.capture.describe_target import describe_model, describe_optimizer
     from advisor.capture.env import capture_environment
-    from advisor.evidence import TargetInfo
+    from advisor.evidence import Location, TargetInfo
 
     model, inputs = the_model(window)
     outer = model
@@ -44,6 +44,9 @@ def describe_run(window: StepWindow) -> None:
     info = TargetInfo(model_file=window.script, mode="train" if training else "inference",
                       device=str(device), input_summary=inputs)
     if model is not None:
+        site = window.outermost[id(outer)][3]
+        if site is not None:
+            info.forward_call = Location.at(*site, note="the script's call of the model")
         describe_model(info, model)
         _count_flops(window, outer, model, training=training)
         _capture_graph(window, model)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import sys
 import time
 from typing import Any
 
@@ -30,6 +31,7 @@ from advisor.run.failures import distributed, watch_failures
 from advisor.run.kinds import FORWARD, MARKER, OPTIMIZER, PROFILER_STEP, RANK
 from advisor.run.profiled_steps import ProfiledSteps
 from advisor.run.stopping import StopRequest
+from advisor.sources import direct_user_caller
 
 ROUTED_BATCHES = 4  # real batches fed again to a copy of the model to count tokens per expert
 
@@ -94,7 +96,7 @@ class StepWindow(ProfiledSteps):
         self.optimizer_steps: dict[int, int] = {}
         self.lead: int | None = None  # the optimizer whose steps end a step
         self.hooks: list = []
-        self.outermost: dict[int, list] = {}  # id -> [module, calls, first inputs described]
+        self.outermost: dict[int, list] = {}  # id -> [module, calls, first inputs described, the user's call site]
         self.optimizers: dict[int, Any] = {}
         self.loaders: dict[int, Any] = {}
         self.batches: dict[int, list] = {}  # each outermost module's first few calls' arguments (graph, routing)
@@ -179,7 +181,9 @@ class StepWindow(ProfiledSteps):
 
     def _enter_forward(self, module, args):
         if self.depth == 0 and os.getpid() == self.owner:
-            seen = self.outermost.setdefault(id(module), [module, 0, None])
+            seen = self.outermost.get(id(module))
+            if seen is None:
+                seen = self.outermost[id(module)] = [module, 0, None, direct_user_caller(sys._getframe(1))]
             seen[1] += 1
             recorded = self.batches.setdefault(id(module), [])
             if len(recorded) < ROUTED_BATCHES and self.count <= self.warmup:

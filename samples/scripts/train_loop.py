@@ -45,7 +45,7 @@ def main() -> None:
     step = 0
     for epoch in range(args.epochs):
         for x, y in loader:
-            loss = F.cross_entropy(model(x), y)
+            loss = F.cross_entropy(model(x), y)  # FORWARD LINE
             optimizer.zero_grad(set_to_none=False)  # ZERO GRAD LINE
             loss.backward()
             optimizer.step()
