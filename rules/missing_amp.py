@@ -41,8 +41,8 @@ from advisor.evidence import Evidence
 from advisor.opnames import MATMUL_FLOP_OPS, MATMUL_OPS, REDUCED_DTYPES
 from advisor.rulekit.codemods import NoEdit
 from advisor.rulekit.fixing import replace_target
-from advisor.rulekit.patching import forward_and_loss
 from advisor.rulekit.helpers import is_ampere_or_newer, low_precision, outermost
+from advisor.rulekit.patching import forward_and_loss
 from advisor.rulekit.rule import Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
 
 # A model whose parameters are mostly bf16/fp16 already computes in reduced precision.

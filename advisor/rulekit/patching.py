@@ -155,7 +155,6 @@ def _assigned(statement: Any) -> set[str]:
 
 
 def _calls_backward(statement: Any) -> bool:
-    import libcst
     from libcst import matchers
 
     return bool(matchers.findall(statement, matchers.Call(func=matchers.Attribute(attr=matchers.Name("backward")))))
