@@ -260,27 +260,35 @@ def _read(path: str) -> str | None:
 
 def _quota_cores() -> float | None:
     """The tightest CPU quota over this process's cgroup and its ancestors, in cores."""
+    tightest = _tightest_quota()
+    return round(tightest[0], 3) if tightest else None
+
+
+def _tightest_quota() -> tuple[float, str] | None:
+    """(cores, folder) of the tightest quota over this process's cgroup and its ancestors."""
     quotas = []
     for folder in _cgroup_dirs("cpu"):
         if (v2 := _read(os.path.join(folder, "cpu.max"))) is not None:
             limit, _, period = v2.partition(" ")
             if limit != "max" and limit.isdigit() and period.isdigit() and int(period):
-                quotas.append(int(limit) / int(period))
+                quotas.append((int(limit) / int(period), folder))
         quota, period = _read(os.path.join(folder, "cpu.cfs_quota_us")), _read(os.path.join(folder, "cpu.cfs_period_us"))
         if quota and period and quota.lstrip("-").isdigit() and int(quota) > 0 and period.isdigit() and int(period):
-            quotas.append(int(quota) / int(period))
-    return round(min(quotas), 3) if quotas else None
+            quotas.append((int(quota) / int(period), folder))
+    return min(quotas) if quotas else None
 
 
 def _throttle() -> tuple[int, int] | None:
-    for folder in _cgroup_dirs("cpu"):
-        text = _read(os.path.join(folder, "cpu.stat"))
-        if not text:
-            continue
-        stat = dict(line.split(" ", 1) for line in text.splitlines() if " " in line)
-        if "nr_periods" in stat and "nr_throttled" in stat and int(stat["nr_periods"]) > 0:
-            return int(stat["nr_periods"]), int(stat["nr_throttled"])
-    return None
+    """(periods, throttled periods) of the folder whose quota binds: read there at the start and the end (a
+    fresh cgroup's 0 periods are a reading too)."""
+    tightest = _tightest_quota()
+    text = _read(os.path.join(tightest[1], "cpu.stat")) if tightest else None
+    if not text:
+        return None
+    stat = dict(line.split(" ", 1) for line in text.splitlines() if " " in line)
+    if "nr_periods" not in stat or "nr_throttled" not in stat:
+        return None
+    return int(stat["nr_periods"]), int(stat["nr_throttled"])
 
 
 def _clocks(usable: list[int], unreadable: list[str]) -> tuple[str, float | None]:
