@@ -82,6 +82,8 @@ CONV_WORK_OPS = CONV_OPS | CONV_2D_OPS | {"aten::convolution_backward"}
 TRACE_MATMULS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"}
 
 # --- from kernel_storm ------------------------------------------------------------
+# the profiler's marks of code torch.compile made (a Dynamo frame; AOTAutograd's training function)
+COMPILED_MARKS = ("Torch-Compiled Region", "CompiledFunction")
 RECURRENT_OPS = ("aten::sigmoid", "aten::tanh")  # a gated cell's nonlinearities
 
 # --- from sync_memcpy ------------------------------------------------------------

@@ -48,7 +48,9 @@ from typing import Iterator
 
 from advisor.evidence import Evidence
 from advisor.opnames import RECURRENT_OPS
+from advisor.rulekit.codemods import NoEdit
 from advisor.rulekit.fixing import replace_target
+from advisor.rulekit.helpers import runs_compiled
 from advisor.rulekit.rule import Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
 from advisor.sources import is_library_path, site_label
 from advisor.stats import percentile
@@ -104,6 +106,8 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
 
 
 def _cpu(ev: Evidence, trace: Trace, th: Thresholds) -> Iterator[Finding]:
+    if runs_compiled(trace):
+        return  # the fusing is done: what dispatch is left is the compiled code's own calls
     top = trace.top_ops()
     ops_per_step = len(top) / trace.step_count
     step_ms = ev.step_ms
@@ -213,6 +217,7 @@ def _gpu(ev: Evidence, trace: Trace, th: Thresholds) -> Iterator[Finding]:
             "kernel_us_p90": round(percentile(durations, 90), 3),
             **({"gpu_busy_share": round(busy, 4)} if busy is not None else {}),
             **launch,
+            "compiled": runs_compiled(trace),
         },
         locations=_emitting_lines(trace, trace.top_ops()),
         fix=_fix(ev, trace, th),
@@ -272,13 +277,17 @@ def _recurrent(trace: Trace, th: Thresholds) -> bool:
 
 def _fix(ev: Evidence, trace: Trace, th: Thresholds) -> Fix:
     looped = any(count / trace.step_count >= th.loop_ops_per_line for count in _user_sites(trace.top_ops()).values())
-    advice = ["torch.compile(model) to fuse the small ops"]
+    compiled = runs_compiled(trace)  # on a GPU: compiled, and still launch-bound
+    advice = [] if compiled else ["torch.compile(model) to fuse the small ops"]
     if ev.on_cuda or trace.kernels:
         advice.append('torch.compile(model, mode="reduce-overhead") to replay the step as a CUDA graph')
     if looped:
         advice.append("vectorize the Python loop that emits them (batch the iterations into one op)")
         if _recurrent(trace, th):
             advice.append("a recurrent cell looped over time steps is nn.GRU / nn.LSTM: one fused op per layer")
+    if compiled:
+        return Fix(summary="; ".join(advice), before="model = torch.compile(Model())",
+                   after='model = torch.compile(Model(), mode="reduce-overhead")', docs=DOCS)
     return Fix(
         summary="; ".join(advice),
         before="model = Model()\nout = model(x)",
@@ -298,5 +307,7 @@ def fix(target, finding):
 @check.patch(what="torch.compile where get_model() builds the model")
 def patch(files, finding):
     """``get_model()`` returns the model compiled."""
+    if finding.evidence.get("compiled"):
+        raise NoEdit('the model runs compiled already: mode="reduce-overhead" is set at its torch.compile call by hand')
     source = files.read(files.entry)
     return source.with_torch([source.wrap(source.returned_by("get_model"), "torch.compile({})")])

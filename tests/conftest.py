@@ -193,14 +193,15 @@ os.environ.setdefault("PYTHONWARNINGS", "ignore::DeprecationWarning")
 
 
 @pytest.fixture(autouse=True)
-def _torch_threads_restored():
-    """Model files loaded in this process (verify_fix) may set torch's thread count at import
-    (oversubscribed_threads does): later in-process audits must not inherit it."""
-    import torch
+def _process_flags_restored():
+    """Model files loaded in this process (verify_fix) set process-wide flags at import: thread count
+    (oversubscribed_threads), anomaly mode (anomaly_left_on), cuDNN and matmul settings. Later in-process
+    audits (the Python API's) must not inherit them, in whatever order the tests run."""
+    from advisor.verify.copies import process_flags, restore_flags
 
-    threads = torch.get_num_threads()
+    flags = process_flags()
     yield
-    torch.set_num_threads(threads)
+    restore_flags(flags)
 
 
 @pytest.fixture(autouse=True)

@@ -121,9 +121,9 @@ def test_the_patched_file_and_the_original_each_run_with_the_flags_their_own_imp
         assert set(patched_module.SEEN) == {(threads, False)}
         assert (torch.get_num_threads(), torch.is_anomaly_enabled()) == (1, True)  # the original's, as it left them
     finally:
-        from advisor.verify.copies import _restore
+        from advisor.verify.copies import restore_flags
 
-        _restore(before)
+        restore_flags(before)
 
 
 @pytest.mark.slow

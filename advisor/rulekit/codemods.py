@@ -20,6 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from advisor.rulekit.cst_nodes import after_imports_index, commas_fixed, dotted, ends_with_name, is_docstring
+
 
 class NoEdit(Exception):
     """The fix's place in the source is not certain (or there is nothing to edit): the reason."""
@@ -77,7 +79,7 @@ class Source:
         (a call that starts there, or a multi-line call that spans it) or anywhere in the file."""
         import libcst
 
-        found = [node for node in self.positions if isinstance(node, libcst.Call) and _ends_with_name(node.func, name)]
+        found = [node for node in self.positions if isinstance(node, libcst.Call) and ends_with_name(node.func, name)]
         if line is not None:
             starting = [node for node in found if self.span(node)[0] == line]
             found = starting or [node for node in found if self.span(node)[0] <= line <= self.span(node)[1]]
@@ -103,7 +105,7 @@ class Source:
         """``import <module>`` at the top level of the file."""
         import libcst
 
-        return any(isinstance(part, libcst.Import) and any(_dotted(alias.name) == module and alias.asname is None
+        return any(isinstance(part, libcst.Import) and any(dotted(alias.name) == module and alias.asname is None
                                                           for alias in part.names)
                    for statement in self.module.body if isinstance(statement, libcst.SimpleStatementLine)
                    for part in statement.body)
@@ -148,7 +150,7 @@ class Source:
                     args.append(libcst.Arg(keyword=libcst.Name(name), value=expression,
                                            equal=libcst.AssignEqual(whitespace_before=libcst.SimpleWhitespace(""),
                                                                     whitespace_after=libcst.SimpleWhitespace(""))))
-            return node.with_changes(args=_commas_fixed(args, node.args))
+            return node.with_changes(args=commas_fixed(args, node.args))
 
         said = ", ".join(f"{k}={v!r}" if v is not None else f"without {k}" for k, v in values.items())
         return Change(path=self.path, node=call, replace=rewrite, lines=self.span(call), what=said,
@@ -159,7 +161,7 @@ class Source:
         def rewrite(node: Any) -> Any:
             positional = [arg for arg in node.args if arg.keyword is None and not arg.star]
             kept = [arg for arg in node.args if arg is not positional[index]] if index < len(positional) else list(node.args)
-            return node.with_changes(args=_commas_fixed(kept, node.args))
+            return node.with_changes(args=commas_fixed(kept, node.args))
         return Change(path=self.path, node=call, replace=rewrite, lines=self.span(call), what="argument removed")
 
     def remove_statement(self, call: Any) -> Change:
@@ -264,7 +266,7 @@ class Source:
         returned = self.returned_by(function)
         while isinstance(returned, libcst.Call) and isinstance(returned.func, libcst.Attribute):
             returned = returned.func.value  # Net(...).eval() -> Net(...)
-        name = _dotted(returned.func) if isinstance(returned, libcst.Call) else ""
+        name = dotted(returned.func) if isinstance(returned, libcst.Call) else ""
         classes = [node for node in self.module.body if isinstance(node, libcst.ClassDef) and node.name.value == name]
         if not classes:
             raise NoEdit(f"{function}() in {self.path} returns no instance of a class the file defines, so there "
@@ -281,7 +283,7 @@ class Source:
 
         def rewrite(node: Any) -> Any:
             body = list(node.body.body)
-            docstring = body[:1] if body and _is_docstring(body[0]) else []
+            docstring = body[:1] if body and is_docstring(body[0]) else []
             inner = body[len(docstring):]
             block = libcst.With(items=[libcst.WithItem(item=libcst.parse_expression(with_item))],
                                 body=libcst.IndentedBlock(body=inner))
@@ -332,70 +334,3 @@ class Source:
         line = self.span(self.module.body[at - 1])[1] if at else 0
         return Change(path=self.path, insert=tuple(statements), lines=(line + 1, line + 1),
                       what=what or "; ".join(statements))
-
-
-def _dotted(expression: Any) -> str:
-    import libcst
-
-    if isinstance(expression, libcst.Name):
-        return expression.value
-    if isinstance(expression, libcst.Attribute):
-        return f"{_dotted(expression.value)}.{expression.attr.value}"
-    return ""
-
-
-def _ends_with_name(func: Any, name: str) -> bool:
-    """``optim.AdamW`` ends in ``AdamW`` and in ``optim.AdamW``; ``MyAdamW`` does not end in ``AdamW``."""
-    dotted = _dotted(func)
-    return dotted == name or dotted.endswith("." + name)
-
-
-def _commas_fixed(args: list, original: Any) -> list:
-    """The arguments joined as the call joined its own: each but the last followed by the comma the
-    call's arguments were separated with (a new line, in a call written one argument per line); the last
-    ends as the call's last argument ended (with or without a trailing comma)."""
-    import libcst
-
-    original = list(original)
-    trailing = original[-1].comma if original else libcst.MaybeSentinel.DEFAULT
-    between = next((arg.comma for arg in original[:-1] if not _has_comment(arg.comma)),
-                   libcst.Comma(whitespace_after=libcst.SimpleWhitespace(" ")))
-    fixed = []
-    for index, arg in enumerate(args):
-        if index < len(args) - 1:
-            if isinstance(arg.comma, libcst.MaybeSentinel) or arg.comma is trailing:
-                arg = arg.with_changes(comma=between)
-        else:
-            arg = arg.with_changes(comma=trailing)
-        fixed.append(arg)
-    return fixed
-
-
-def _is_docstring(statement: Any) -> bool:
-    import libcst
-
-    return (isinstance(statement, libcst.SimpleStatementLine) and len(statement.body) == 1
-            and isinstance(statement.body[0], libcst.Expr) and isinstance(statement.body[0].value, libcst.SimpleString))
-
-
-def _has_comment(comma: Any) -> bool:
-    import libcst
-
-    after = getattr(comma, "whitespace_after", None)
-    return isinstance(after, libcst.ParenthesizedWhitespace) and after.first_line.comment is not None
-
-
-def after_imports_index(module: Any) -> int:
-    """The index of the first statement after the leading docstring, __future__ and other imports."""
-    import libcst
-
-    at = 0
-    for index, statement in enumerate(module.body):
-        if isinstance(statement, libcst.SimpleStatementLine) and all(
-                isinstance(part, (libcst.Import, libcst.ImportFrom))
-                or (index == 0 and isinstance(part, libcst.Expr) and isinstance(part.value, libcst.SimpleString))
-                for part in statement.body):
-            at = index + 1
-        else:
-            break
-    return at

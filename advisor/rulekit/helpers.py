@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from advisor.opnames import CONV_FUNCTIONS, CONV_MODULES, CONV_OPS, LOW_PRECISION_TYPES
+from advisor.opnames import COMPILED_MARKS, CONV_FUNCTIONS, CONV_MODULES, CONV_OPS, LOW_PRECISION_TYPES
 from advisor.trace.parse import Op, Trace
 
 
@@ -14,6 +14,11 @@ def outermost(trace: Trace, names: Iterable[str]) -> list[Op]:
     family = frozenset(names)
     return [o for o in trace.step_ops()
             if o.name in family and (o.parent is None or trace.ops[o.parent].name not in family)]
+
+
+def runs_compiled(trace: Trace) -> bool:
+    """Whether the step runs code torch.compile made."""
+    return any(o.name.startswith(COMPILED_MARKS) for o in trace.step_ops())
 
 
 def is_contiguous(dims: list, strides: list) -> bool:

@@ -251,7 +251,7 @@ def verify_patched(target: Target, patched_file: str, tolerance: float, budget: 
     patched_dir = os.path.dirname(os.path.abspath(patched_file))
     sys.path[:] = [patched_dir] + [entry for entry in sys.path if os.path.abspath(entry or ".") != original_dir.rstrip(os.sep)]
     if flags_before is not None:
-        _restore(flags_before)
+        restore_flags(flags_before)
     try:
         candidate = load_target(patched_file, target.mode, str(target.device), deadline_s)
         candidate.prepare_feed(deadline_s)
@@ -260,7 +260,7 @@ def verify_patched(target: Target, patched_file: str, tolerance: float, budget: 
                             note=f"the patched file did not load: {type(broken).__name__}: {broken}")
     finally:
         patched_flags = process_flags()
-        _restore(as_loaded)
+        restore_flags(as_loaded)
     candidate = _with_own_flags(candidate, as_loaded, patched_flags)
     try:
         if through_loader:  # the edit changes the loader: data + step over real batches, as a loader fix is
@@ -293,7 +293,7 @@ def process_flags() -> dict[str, Any]:
     return {name: get() for name, (get, _) in _flag_accessors().items()}
 
 
-def _restore(flags: dict[str, Any]) -> None:
+def restore_flags(flags: dict[str, Any]) -> None:
     accessors = _flag_accessors()
     for name, value in flags.items():
         if accessors[name][0]() != value:
