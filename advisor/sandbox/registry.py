@@ -22,14 +22,17 @@ from advisor.errors import AuditError, StageError
 Runner = Callable[[dict, Callable[[str], None]], "str | None"]
 RUNNERS: dict[str, Runner] = {}
 RUNS_THE_STEP: set[str] = set()  # stages that run the whole step: skipped once one of them failed
+BEFORE_LOAD: set[str] = {"load"}  # stages that need no loaded model (they run before the user's file is imported)
 
 
-def stage(name: str, runs_the_step: bool = False) -> Callable[[Runner], Runner]:
+def stage(name: str, runs_the_step: bool = False, before_load: bool = False) -> Callable[[Runner], Runner]:
     """Register a stage runner under ``name``."""
     def register(runner: Runner) -> Runner:
         RUNNERS[name] = runner
         if runs_the_step:
             RUNS_THE_STEP.add(name)
+        if before_load:
+            BEFORE_LOAD.add(name)
         return runner
     return register
 
@@ -63,7 +66,7 @@ def run_stages(state: dict, stages: tuple[str, ...] | list[str], events: StageEv
         if stage in RUNS_THE_STEP and step_failed:
             events.skipped(stage, "the model step already failed in an earlier stage")
             continue
-        if stage != "load" and "target" not in state:
+        if stage not in BEFORE_LOAD and "target" not in state:
             events.skipped(stage, "the model file did not load")
             continue
         events.start(stage)

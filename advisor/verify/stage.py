@@ -30,7 +30,7 @@ VERIFY_PATCH = StagePlan(modules=("advisor.capture.stages", "advisor.verify.stag
                          stages=("process-flags", "load", "verify-patch"))
 
 
-@stage("process-flags")
+@stage("process-flags", before_load=True)
 def _process_flags(state: dict, progress: Callable[[str], None]) -> str:
     """The library flags before any user file is imported: what the patched file starts from, where it no
     longer sets what the original set at its top (anomaly mode, threads)."""

@@ -1,0 +1,37 @@
+"""The child's stage loop: what runs before the user's file is imported, and what waits for it."""
+
+from __future__ import annotations
+
+from advisor.sandbox.registry import BEFORE_LOAD, run_stages
+
+
+class _Events:
+    def __init__(self):
+        self.seen: list[tuple[str, str]] = []
+
+    def start(self, stage):
+        pass
+
+    def progress(self, stage, text):
+        pass
+
+    def done(self, stage, payload):
+        self.seen.append((stage, "done"))
+
+    def error(self, stage, error):
+        self.seen.append((stage, "error"))
+
+    def skipped(self, stage, reason):
+        self.seen.append((stage, f"skipped: {reason}"))
+
+
+def test_a_stage_before_load_runs_with_no_model_and_the_others_wait_for_one():
+    import advisor.verify.stage  # noqa: F401 - registers process-flags and verify-patch
+
+    assert "process-flags" in BEFORE_LOAD and "verify-patch" not in BEFORE_LOAD
+    state = {"spec": {}}
+    events = _Events()
+    run_stages(state, ("process-flags", "verify-patch"), events)  # no load stage: the model never loads
+    assert events.seen == [("process-flags", "done"), ("verify-patch", "skipped: the model file did not load")]
+    # what the patched side of advisor fix starts from: the flags as they were before any user file ran
+    assert state["flags_before_user_code"]["anomaly"] is False
