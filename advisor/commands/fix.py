@@ -5,9 +5,10 @@ The audit's findings (a fresh audit, or ``--from`` a saved JSON report) each get
 (``advisor.fix.patch_plan``). The patched files are written into a scratch copy of the model's folder, never
 the user's, and measured there as a fix is: the patched model against the original in one verification
 child (numerics within the rule's tolerance, then interleaved timing and its bootstrap interval), each edit
-alone and then the held edits together, through the one orchestration. The patched copy is audited again
-to check the findings are gone. An edit that breaks numerics or does not hold a gain is dropped, with the
-reason; the rest is the patch (``reports/<stem>.patch``, ``git apply``-able from ``root``).
+alone, through the one orchestration. The patched copy is audited again to check the findings are gone, and
+the held edits are measured together. An edit that breaks numerics, does not hold a gain, or leaves its
+finding in place with no gain verified is dropped, with the reason; the rest is the patch
+(``reports/<stem>.patch``, ``git apply``-able from ``root``).
 """
 
 from __future__ import annotations
@@ -125,8 +126,8 @@ def run_fix(options: FixOptions, progress: Callable[[str], None] = lambda text: 
 
 def _reaudit(plan: PatchPlan, findings: list[Finding], workload, device: str, options: FixOptions,
              rules: RuleConfig, progress: Callable[[str], None]) -> Verification | None:
-    """Each edit measured alone, then the held ones together (returned: the whole patch's measurement); the
-    patched copy audited again for the findings."""
+    """Each edit measured alone; the patched copy audited again for the findings; then the held edits
+    together (returned: the whole patch's measurement)."""
     files = FileSession.start(options.shadow_limit_mb)
     try:
         measured = measure_fixes(
@@ -144,8 +145,21 @@ def _reaudit(plan: PatchPlan, findings: list[Finding], workload, device: str, op
             edit.status, edit.reason = "dropped", (  # --from an audit that measured the fix: the edit must hold it
                 f"the audit measured the fix {_speedup(finding.verification)}; the patched source "
                 f"{_speedup(edit.verification)}, no gain")
-    held = plan.patched
     verified = {f.id for f in findings if measured.results.get(f.id) and measured.results[f.id].status == "verified"}
+    if plan.patched:
+        with _patched_copy(plan, plan.patched, workload.entry) as patched:
+            progress("auditing the patched source")
+            again = workload.audit(patched, os.path.join(os.path.dirname(patched), "reports"))
+        remaining = {f.slug: f for f in again.findings}
+        for finding in findings:
+            edit = plan.edits[finding.id]
+            if edit.status != "patched":
+                continue
+            edit.cleared = finding.slug not in remaining
+            if not edit.cleared and finding.id not in verified:  # neither the cause gone nor a gain shown
+                edit.status, edit.reason = "dropped", (f"the re-audit of the patched source still finds it "
+                                                       f"({remaining[finding.slug].message}), and no gain was verified")
+    held = plan.patched
     whole = plan.edits[held[0]].verification if len(held) == 1 else None
     if measured.combined is not None and verified == set(held):
         whole = measured.combined
@@ -156,13 +170,6 @@ def _reaudit(plan: PatchPlan, findings: list[Finding], workload, device: str, op
                              workload, device, rules, files)
         finally:
             files.close()
-    if held:
-        with _patched_copy(plan, held, workload.entry) as patched:
-            progress("auditing the patched source")
-            again = workload.audit(patched, os.path.join(os.path.dirname(patched), "reports"))
-        remaining = {f.slug for f in again.findings}
-        for finding_id in held:
-            plan.edits[finding_id].cleared = next(f.slug for f in findings if f.id == finding_id) not in remaining
     return whole
 
 
