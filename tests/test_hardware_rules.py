@@ -14,10 +14,10 @@ import time
 from pathlib import Path
 
 import pytest
-from contention import busy_loop, cpu_quota, spin
+from contention import busy_loop, cpu_quota
 from evidence_fixtures import saved_evidence
 
-from advisor.conditions import Watch, _Snapshot, between, judge, parse_proc_stat
+from advisor.conditions import _Snapshot, between, judge, parse_proc_stat
 from advisor.evidence import Environment, Evidence, TargetInfo, Timing
 from advisor.machine_state import MeasurementConditions
 from advisor.report.assembly import assemble_report
@@ -120,15 +120,19 @@ def test_a_contended_report_says_so_first_and_marks_what_rests_on_shares(machine
 
 @pytest.mark.slow
 def test_a_busy_loop_pinned_beside_a_measurement_is_seen_and_named():
+    import subprocess
+
+    # measured in a fresh process pinned whole before it starts a thread (affinity is per thread: the test
+    # runner's own threads, and the CPU time of children it reaps, would otherwise count as the measurement's)
     cpu = min(os.sched_getaffinity(0))
-    mine = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, {cpu})
-    try:
-        with busy_loop(cpu) as hog, Watch() as watch:
-            spin(1.5)
-    finally:
-        os.sched_setaffinity(0, mine)
-    conditions = watch.conditions
+    child_code = ("import os, sys; os.sched_setaffinity(0, {int(sys.argv[2])}); sys.path.insert(0, sys.argv[1])\n"
+                  "from contention import busy_loop, spin\nfrom advisor.conditions import Watch\n"
+                  "with busy_loop(int(sys.argv[2])) as hog, Watch() as watch:\n    spin(1.5)\n"
+                  "print(hog)\nprint(watch.conditions.model_dump_json())")
+    done = subprocess.run([sys.executable, "-c", child_code, str(Path(__file__).parent), str(cpu)],
+                          capture_output=True, text=True, timeout=120, check=True)
+    hog_line, conditions_line = done.stdout.splitlines()[-2:]
+    hog, conditions = int(hog_line), MeasurementConditions.model_validate_json(conditions_line)
     assert conditions.cores_usable == 1 and conditions.others_cores >= 0.3  # the hog's share of the one CPU
     assert hog in {p.pid for p in conditions.busiest}
     assert judge(conditions)
