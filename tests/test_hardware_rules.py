@@ -122,15 +122,15 @@ def test_a_contended_report_says_so_first_and_marks_what_rests_on_shares(machine
 def test_a_busy_loop_pinned_beside_a_measurement_is_seen_and_named():
     import subprocess
 
-    # measured in a fresh process pinned whole before it starts a thread (affinity is per thread: the test
-    # runner's own threads, and the CPU time of children it reaps, would otherwise count as the measurement's)
+    # measured as advisor measures: in a fresh process of its own session (its process group is its job's:
+    # the test runner's is shared with another xdist worker), pinned whole before it starts a thread
     cpu = min(os.sched_getaffinity(0))
     child_code = ("import os, sys; os.sched_setaffinity(0, {int(sys.argv[2])}); sys.path.insert(0, sys.argv[1])\n"
                   "from contention import busy_loop, spin\nfrom advisor.conditions import Watch\n"
                   "with busy_loop(int(sys.argv[2])) as hog, Watch() as watch:\n    spin(1.5)\n"
                   "print(hog)\nprint(watch.conditions.model_dump_json())")
     done = subprocess.run([sys.executable, "-c", child_code, str(Path(__file__).parent), str(cpu)],
-                          capture_output=True, text=True, timeout=120, check=True)
+                          capture_output=True, text=True, timeout=120, check=True, start_new_session=True)
     hog_line, conditions_line = done.stdout.splitlines()[-2:]
     hog, conditions = int(hog_line), MeasurementConditions.model_validate_json(conditions_line)
     assert conditions.cores_usable == 1 and conditions.others_cores >= 0.3  # the hog's share of the one CPU
@@ -152,7 +152,8 @@ def test_a_cgroup_quota_is_read_with_its_throttling():
     try:
         with cpu_quota(0.5) as procs:
             child = subprocess.Popen([sys.executable, "-c", child_code, str(Path(__file__).parent)],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                     start_new_session=True)  # a job of its own, as advisor's children are
             procs.write_text(str(child.pid))
             out, _ = child.communicate("joined\n", timeout=120)
     except OSError as refused:
