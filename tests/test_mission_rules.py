@@ -108,6 +108,20 @@ def test_a_short_hand_written_activation_chain_is_a_storm():
     assert line_of(SAMPLES / "activation_chain.py", "QUICK GELU LINE") in {loc.line for loc in finding.locations}
 
 
+def test_a_step_that_already_runs_compiled_code_is_no_storm_on_cpu():
+    """The same recorded storm, but its step holds a region torch.compile made: the fusing is done, and what
+    dispatch remains is the compiled code's own calls (activation_chain's torch.compile patch, re-audited)."""
+    import copy
+    import dataclasses
+
+    evidence = saved_evidence("activation_chain").model_copy()
+    assert _storm(evidence) is not None
+    trace = copy.deepcopy(evidence.trace)
+    first = trace.step_ops()[0]
+    trace.ops.append(dataclasses.replace(first, name="Torch-Compiled Region: 0/0"))
+    assert _storm(evidence.model_copy(update={"trace": trace})) is None
+
+
 def test_a_gru_cell_looped_over_time_is_a_storm_advised_nn_gru():
     finding = _storm(saved_evidence("recurrent_cell"))
     assert finding is not None and "nn.GRU" in finding.fix.summary
