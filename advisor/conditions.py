@@ -196,13 +196,22 @@ def _process_ticks(unreadable: list[str]) -> dict[int, tuple[int, int, int, int]
     return processes
 
 
+# Set by advisor in the environment of a child it starts in a session of its own: that process group is the
+# job's (torchrun's ranks), not a shell's or a test runner's, whose other members are other jobs.
+OWN_GROUP_ENV = "ADVISOR_OWN_GROUP"
+
+
 def _family(root: int, processes: dict[int, tuple[int, int, int, int]]) -> set[int]:
-    """The job's own processes: ``root``, its process group (torchrun's ranks, the script advisor started) and
-    every descendant of those (a loader's workers). Another job is anything else."""
+    """The job's own processes: ``root``, its process group where that group is the job's (it leads it, or
+    advisor started the group for this job: torchrun's ranks, the script advisor started) and every
+    descendant of those (a loader's workers). Another job is anything else: the Python API's caller shares a
+    group with whatever its shell or test runner started beside it."""
     children: dict[int, list[int]] = {}
     for pid, (parent, _, _, _) in processes.items():
         children.setdefault(parent, []).append(pid)
     group = processes[root][1] if root in processes else None
+    if group != root and os.environ.get(OWN_GROUP_ENV) != "1":
+        group = None
     found = {root} | {pid for pid, (_, pgid, _, _) in processes.items() if group is not None and pgid == group}
     pending = list(found)
     while pending:

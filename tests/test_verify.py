@@ -16,7 +16,7 @@ from advisor.verify.copies import Budget, verify_one
 from advisor.verify.measure import ABResult, verdict
 from advisor.verify.numerics import compare
 from advisor.workload.target import load_target
-from conftest import SAMPLES, audit, verified_unless_contended, write_model
+from conftest import SAMPLES, audit, share_finding, verified_unless_contended, write_model
 
 FIELDS = {"status", "speedup", "ci_low", "ci_high", "baseline_ms", "candidate_ms", "samples", "max_abs_error",
           "max_rel_error", "compile_s", "device", "note"}
@@ -162,19 +162,21 @@ def test_numerics_compare_shapes_and_non_finite_baselines():
 def test_audit_reports_verdicts_combined_speedup_and_budget(tmp_path):
     # channels-last (borderline here) is left out: a run count, not a time budget, for the one measured here
     result = audit(SAMPLES / "non_contiguous.py", tmp_path / "a", verify=True, pairs=10, disabled=("channels-last",))
-    [finding] = [f for f in result.report.findings if f.slug == "non-contiguous"]
-    assert verified_unless_contended(finding.verification), finding.verification
-    assert FIELDS <= set(finding.verification.model_dump())
-    combined = result.report.verification.combined
-    from advisor.report.html import render_html
+    finding = share_finding(result, "non-contiguous")  # a share of the step: silent, and marked so, when contended
+    if finding is not None:
+        assert verified_unless_contended(finding.verification), finding.verification
+        assert FIELDS <= set(finding.verification.model_dump())
+        combined = result.report.verification.combined
+        from advisor.report.html import render_html
 
-    html = render_html(result.report)
-    if finding.verification.status == "verified":  # one fix verified: "all together" is that measurement
-        assert combined is not None and combined.status == "verified"
-        assert "All verified fixes together" in html and f"{combined.speedup:.2f}×" in html
+        html = render_html(result.report)
+        if finding.verification.status == "verified":  # one fix verified: "all together" is that measurement
+            assert combined is not None and combined.status == "verified"
+            assert "All verified fixes together" in html and f"{combined.speedup:.2f}×" in html
 
     skipped = audit(SAMPLES / "non_contiguous.py", tmp_path / "b", verify=True, budget=0)
-    assert {f.verification.status for f in skipped.report.findings} == {"skipped"}
+    statuses = {f.verification.status for f in skipped.report.findings}
+    assert statuses == {"skipped"} or (not statuses and skipped.report.quality.state == "contended"), statuses
     off = audit(SAMPLES / "non_contiguous.py", tmp_path / "c", verify=False)
     assert all(f.verification is None for f in off.report.findings) and not off.report.verification.enabled
 

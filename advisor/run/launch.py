@@ -25,6 +25,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from advisor.conditions import OWN_GROUP_ENV
 from advisor.errors import StageError, stop_name
 from advisor.files import stop
 from advisor.sandbox.supervisor import end_process_group, output_tail
@@ -103,6 +104,7 @@ def launch(command: list[str], window: dict, timeout: float, progress: Callable[
     env = {key: value for key, value in os.environ.items() if key != "ADVISOR_RUN_OWNER"}
     env.update(environment or {})
     env["ADVISOR_RUN_SPEC"] = spec_path
+    env[OWN_GROUP_ENV] = "1"  # its session is the job's: torchrun's ranks share its group
     env["PYTHONPATH"] = os.pathsep.join(p for p in (BOOT_DIR, ADVISOR_ROOT, env.get("PYTHONPATH", "")) if p)
     stdout_path, stderr_path = os.path.join(scratch, "stdout.txt"), os.path.join(scratch, "stderr.txt")
     began = time.monotonic()

@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from advisor.conditions import OWN_GROUP_ENV
 from advisor.errors import StageError
 from advisor.files import stop
 from advisor.sandbox.registry import StagePlan
@@ -75,7 +76,8 @@ def run_capture(
     run = CaptureRun(outcomes={s: StageOutcome(s, "not-run") for s in plan.stages})
     stdout_path, stderr_path = os.path.join(workdir, "stdout.txt"), os.path.join(workdir, "stderr.txt")
     read_fd, write_fd = os.pipe()
-    env = {**os.environ, "ADVISOR_CONTROL_FD": str(write_fd), "PYTHONUNBUFFERED": "1", **(environment or {})}
+    env = {**os.environ, "ADVISOR_CONTROL_FD": str(write_fd), "PYTHONUNBUFFERED": "1", OWN_GROUP_ENV: "1",
+           **(environment or {})}
     env.setdefault("PYTHONWARNINGS", "ignore::DeprecationWarning")
     if environment:  # the bootstrap installs the file layer before the child runs anything
         env["PYTHONPATH"] = os.pathsep.join(p for p in (BOOT_DIR, env.get("PYTHONPATH", "")) if p)
