@@ -34,9 +34,11 @@ def _finding(slug: str, **evidence) -> Finding:
 def test_a_fix_that_helps_is_verified_with_exact_numerics(tmp_path):
     target = load_target(str(SAMPLES / "non_contiguous.py"))
     result = verify_one(target, [(_finding("non-contiguous", conv_net=True), _spec("non-contiguous"))],
-                        Budget(20), lambda text: None, "test")
+                        Budget(0), lambda text: None, "test", 10)  # a run count, not a time budget
     assert verified_unless_contended(result), result
-    assert result.ci_low > 1.0 and result.speedup >= result.ci_low and result.samples >= 10
+    assert result.samples == 10 and result.ci_low <= result.speedup <= result.ci_high
+    if result.status == "verified":  # inconclusive only where the pairs ran contended
+        assert result.ci_low > 1.0
     assert result.max_rel_error <= 1e-5 and result.compile_s is not None
 
 
