@@ -35,3 +35,18 @@ def test_a_stage_before_load_runs_with_no_model_and_the_others_wait_for_one():
     assert events.seen == [("process-flags", "done"), ("verify-patch", "skipped: the model file did not load")]
     # what the patched side of advisor fix starts from: the flags as they were before any user file ran
     assert state["flags_before_user_code"]["anomaly"] is False
+
+
+def test_progress_passes_a_counter_once_a_second_and_a_new_message_at_once():
+    """The child's counters ("12 timed steps") are thinned; a stage saying what it does next (waiting for a busy
+    machine to be quiet) is never lost among them."""
+    from advisor.sandbox.registry import _throttled
+
+    sent: list[str] = []
+    progress = _throttled(sent.append, interval_s=3600)
+    for n in range(1, 50):
+        progress(f"{n} timed steps")
+    progress("the steps ran while another job held the CPUs: waiting up to 15 s")
+    progress("50 timed steps")
+    assert sent == ["1 timed steps", "the steps ran while another job held the CPUs: waiting up to 15 s",
+                    "50 timed steps"]

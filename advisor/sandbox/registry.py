@@ -12,6 +12,7 @@ process (events go over its control pipe) and the in-process Python API (events 
 from __future__ import annotations
 
 import importlib
+import re
 import time
 import traceback
 from dataclasses import dataclass
@@ -97,12 +98,13 @@ def run_stage(state: dict, stage: str, progress: Callable[[str], None]) -> tuple
 
 
 def _throttled(send: Callable[[str], None], interval_s: float = 1.0) -> Callable[[str], None]:
-    """Pass on at most one progress message per interval."""
-    last = [time.monotonic()]
+    """Pass on at most one message per interval of a counter ("12 timed steps", "13 timed steps"); a message of
+    another kind (the stage saying what it does next) passes at once."""
+    last = [time.monotonic(), ""]
 
     def progress(text: str) -> None:
-        now = time.monotonic()
-        if now - last[0] >= interval_s:
-            last[0] = now
+        now, kind = time.monotonic(), re.sub(r"\d+", "#", text)
+        if kind != last[1] or now - last[0] >= interval_s:
+            last[0], last[1] = now, kind
             send(text)
     return progress
