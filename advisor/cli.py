@@ -39,8 +39,11 @@ def cli() -> None:
 @click.argument("model_file", type=click.Path(dir_okay=False))
 @report_options
 @model_file_options
+@click.option("--wait-for-quiet", "wait_for_quiet", type=click.FloatRange(min=0), default=None, metavar="SECONDS",
+              help="When another job held the CPUs while the steps were timed, wait up to this long for the machine "
+                   "to be quiet and time them again (default: $ADVISOR_WAIT_FOR_QUIET, else 15; 0: never).")
 def audit(model_file, out_dir, formats, mode, device, timeout, rule_dirs, settings, disabled, fail_on, verify,
-          budget, pairs, shadow_limit, quiet, debug) -> None:
+          budget, pairs, shadow_limit, quiet, debug, wait_for_quiet) -> None:
     """Audit MODEL_FILE (defines get_model() and get_inputs()) and write its report."""
     chosen = formats_of(formats)
     check_model_file(model_file)
@@ -49,7 +52,7 @@ def audit(model_file, out_dir, formats, mode, device, timeout, rule_dirs, settin
     options = AuditOptions(
         model_file=model_file, out_dir=out_dir, formats=chosen, mode=mode, device=device, timeout=timeout,
         rule_dirs=tuple(rule_dirs), settings=tuple(settings), disabled=tuple(disabled), fail_on=fail_on,
-        verify=verify, budget=budget, pairs=pairs, shadow_limit_mb=shadow_limit,
+        verify=verify, budget=budget, pairs=pairs, shadow_limit_mb=shadow_limit, wait_for_quiet_s=wait_for_quiet,
     )
     stem = os.path.splitext(os.path.basename(model_file))[0]
     _audit_and_report(lambda progress: run_audit(options, progress), model_file, stem, out_dir, chosen, fail_on,

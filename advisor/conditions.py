@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 
 from advisor.gpu_state import read_gpus
 from advisor.machine_state import MeasurementConditions, OtherProcess
@@ -36,6 +37,18 @@ NAMED_MOST = 3
 NAMED_FROM_CORES = 0.05  # a process that used less than 5% of a core is not named
 
 _TICK_S = 1.0 / (os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100)
+
+
+def share_resolution(wall_s: float) -> float:
+    """How far a CPU share read from two /proc readings ``wall_s`` apart can be off: the kernel counts CPU time
+    in whole ticks, so each CPU's (and each process's) count may be a tick short at either reading."""
+    return 2 * _TICK_S / max(wall_s, 1e-9)
+
+
+# The shortest window whose CPU shares can be read: their error under half the busy threshold. A shorter one
+# (a script's few timed steps of a millisecond) has its shares left unread, never guessed from a tick or two:
+# one tick over 2.7 ms reads as 3.7 cores.
+MIN_WINDOW_S = 4 * _TICK_S / BUSY_SHARE
 _CPUFREQ = "/sys/devices/system/cpu/cpu{}/cpufreq/{}"
 
 
@@ -86,6 +99,17 @@ def between(start: _Snapshot, end: _Snapshot, usable: list[int]) -> MeasurementC
     reaped = sum(end.processes[pid][3] - start.processes[pid][3] for pid in mine  # workers that ended meanwhile
                  if pid in end.processes and pid in start.processes)
     own_s = (sum(used.get(pid, 0) for pid in mine) + reaped) * _TICK_S
+    conditions.quota_cores = _quota_cores()
+    if start.throttle is not None and end.throttle is not None:
+        periods = end.throttle[0] - start.throttle[0]
+        conditions.throttled_share = round((end.throttle[1] - start.throttle[1]) / periods, 4) if periods > 0 else 0.0
+    conditions.governor, conditions.clock_ratio = _clocks(usable, conditions.unreadable)
+    if wall < MIN_WINDOW_S:
+        conditions.unreadable.append(
+            f"the CPU shares: the window lasted {wall * 1000:.3g} ms, and /proc counts CPU time in ticks of "
+            f"{_TICK_S * 1000:g} ms, so a share needs a window of {MIN_WINDOW_S:g} s to be read within "
+            f"{BUSY_SHARE / 2:.0%}")
+        return conditions
     conditions.own_cores = round(own_s / wall, 3) if end.processes else None
     if start.cpus is not None and end.cpus is not None:
         busy = total = steal = 0
@@ -102,11 +126,6 @@ def between(start: _Snapshot, end: _Snapshot, usable: list[int]) -> MeasurementC
     others = sorted(((ticks, pid) for pid, ticks in used.items() if pid not in mine and ticks > 0), reverse=True)
     conditions.busiest = [OtherProcess(pid=pid, command=_command(pid), cores=round(ticks * _TICK_S / wall, 3))
                           for ticks, pid in others[:NAMED_MOST] if ticks * _TICK_S / wall >= NAMED_FROM_CORES]
-    conditions.quota_cores = _quota_cores()
-    if start.throttle is not None and end.throttle is not None:
-        periods = end.throttle[0] - start.throttle[0]
-        conditions.throttled_share = round((end.throttle[1] - start.throttle[1]) / periods, 4) if periods > 0 else 0.0
-    conditions.governor, conditions.clock_ratio = _clocks(usable, conditions.unreadable)
     return conditions
 
 
@@ -137,6 +156,35 @@ def judge(conditions: MeasurementConditions | None) -> list[str]:
             reasons.append(f"GPU {gpu.index} was shared with {len(gpu.others)} other process(es): "
                            + ", ".join(f"{p.command or '?'} (pid {p.pid})" for p in gpu.others))
     return reasons
+
+
+# How long an audit waits, once its timed steps ran contended, for the contention to pass before it times
+# them again (0: never waits). ``ADVISOR_WAIT_FOR_QUIET`` sets it for every run started from a shell, as a
+# CI job on a shared runner would (and the suite does: its machine may be busy all along).
+WAIT_FOR_QUIET_S = 15.0
+WAIT_FOR_QUIET_ENV = "ADVISOR_WAIT_FOR_QUIET"
+
+
+def quiet_wait_s() -> float:
+    value = os.environ.get(WAIT_FOR_QUIET_ENV, "")
+    try:
+        return max(0.0, float(value)) if value else WAIT_FOR_QUIET_S
+    except ValueError:
+        return WAIT_FOR_QUIET_S
+
+
+def wait_for_quiet(limit_s: float, on_poll: Callable[[list[str]], None] = lambda reasons: None) -> float | None:
+    """Watch the machine in windows just long enough to read its shares until one is quiet: the seconds that
+    took, or None when ``limit_s`` ran out first. ``on_poll`` hears what each busy window saw."""
+    started = time.monotonic()
+    while time.monotonic() - started < limit_s:
+        with Watch() as watch:
+            time.sleep(MIN_WINDOW_S)
+        reasons = judge(watch.conditions)
+        if not reasons:
+            return round(time.monotonic() - started, 2)
+        on_poll(reasons)
+    return None
 
 
 # --- reading the machine ---------------------------------------------------------------------------

@@ -135,6 +135,8 @@ class Timing(Record):
     min_ms: float
     cv: float = Field(description="coefficient of variation of the samples")
     conditions: MeasurementConditions | None = Field(default=None, description="the machine while the steps ran")
+    remeasured: str = Field(default="", description="the steps were timed again once a contention passed, or "
+                                                    "waited for in vain: what was seen, and how long it took")
 
     @property
     def iqr_ms(self) -> float:

@@ -34,7 +34,7 @@ from __future__ import annotations
 import math
 from typing import Iterator
 
-from advisor.conditions import BUSY_SHARE
+from advisor.conditions import BUSY_SHARE, share_resolution
 from advisor.evidence import Evidence, Margin
 from advisor.rulekit.fixing import with_threads
 from advisor.rulekit.rule import Finding, Fix, Layer, Severity, Threshold, Thresholds, rule
@@ -58,7 +58,7 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding | Margin]:
     share = conditions.others_share
     if share is None:
         return  # /proc unreadable: said in the report's measurement quality
-    noise = max(0.02, 0.02 / max(conditions.wall_s, 0.1))  # /proc/stat counts in ticks of 10 ms
+    noise = max(0.02, share_resolution(conditions.wall_s))
     yield Margin(quantity="other processes' share of this process's CPUs", value=round(share, 4),
                  threshold=th.busy_share, noise=round(noise, 4))
     if share < th.busy_share:

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from advisor.conditions import STEAL_SHARE
+from advisor.conditions import STEAL_SHARE, share_resolution
 from advisor.evidence import Evidence, Margin
 from advisor.rulekit.rule import Finding, Fix, Layer, Severity, Threshold, Thresholds, rule
 
@@ -51,7 +51,7 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding | Margin]:
     if steal is None:
         return
     yield Margin(quantity="steal time's share of the CPUs' time", value=steal, threshold=th.min_share,
-                 noise=round(max(0.01, 0.02 / max(conditions.wall_s, 0.1)), 4))
+                 noise=round(max(0.01, share_resolution(conditions.wall_s)), 4))
     if steal < th.min_share:
         return
     yield Finding(

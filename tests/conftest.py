@@ -20,6 +20,9 @@ SHARED_TRACES = ROOT.parent / "shared" / "traces" / "hta"
 # tests/test_hardware_rules.py tests them, clearing it (``machine_rules`` fixture).
 MACHINE_STATE_RULES = "shared-machine,steal-time,cpu-quota"
 os.environ["ADVISOR_DISABLE"] = MACHINE_STATE_RULES
+# Nor do they wait for a busy machine to be quiet before timing again (it may be busy all along: every audit would
+# wait its 15 s); tests/test_hardware_rules.py tests the wait.
+os.environ["ADVISOR_WAIT_FOR_QUIET"] = "0"
 
 
 def verified_unless_contended(verification) -> bool:
@@ -60,11 +63,11 @@ def write_model(directory: Path, source: str, name: str = "model.py") -> Path:
     return path
 
 
-def audit(path: Path, out_dir: Path, **options) -> AuditResult:
+def audit(path: Path, out_dir: Path, progress=lambda text: None, **options) -> AuditResult:
     """A real audit; fix verification only where a test asks for it (it costs its budget)."""
     options.setdefault("timeout", 120)
     options.setdefault("verify", False)
-    return run_audit(AuditOptions(model_file=str(path), out_dir=str(out_dir), **options))
+    return run_audit(AuditOptions(model_file=str(path), out_dir=str(out_dir), **options), progress)
 
 
 @pytest.fixture(scope="session")
@@ -127,18 +130,19 @@ def only_finding(result: AuditResult, slug: str):
     return found[0]
 
 
-def share_finding(result: AuditResult, slug: str):
+def share_finding(result, slug: str):
     """The one finding of ``slug``, a verdict on a share of the step, or None where the run was measured on a
     contended machine and the rule fell silent: a busy core stretches each operator, so shares move with the
     load. Its silence must then say so (its margin marked unreliable in a contended report); on a quiet
-    machine nothing but the finding passes."""
-    found = [f for f in result.report.findings if f.slug == slug]
+    machine nothing but the finding passes. ``result``: an AuditResult, or the Python API's Report."""
+    report = getattr(result, "report", result)
+    found = [f for f in report.findings if f.slug == slug]
     if found:
-        assert len(found) == 1, [f.slug for f in result.report.findings]
+        assert len(found) == 1, [f.slug for f in report.findings]
         return found[0]
-    run = next(r for r in result.report.rules if r.slug == slug)
-    assert result.report.quality.state == "contended" and run.unreliable, (
-        f"{slug} silent on a {result.report.quality.state} run", run, [f.slug for f in result.report.findings])
+    run = next(r for r in report.rules if r.slug == slug)
+    assert report.quality.state == "contended" and run.unreliable, (
+        f"{slug} silent on a {report.quality.state} run", run, [f.slug for f in report.findings])
     return None
 
 

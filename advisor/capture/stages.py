@@ -43,19 +43,19 @@ def _env(state: dict, progress: Callable[[str], None]) -> str:
 
 @stage("timing", runs_the_step=True)
 def _timing(state: dict, progress: Callable[[str], None]) -> str:
+    from advisor.conditions import quiet_wait_s
     from advisor.workload.step import make_step, run_user_step
-    from advisor.workload.timing import time_steps
+    from advisor.workload.timing import time_steps, timed_when_quiet
 
     target = state["target"]
     spec = state["spec"]
     step = make_step(target, *target.fresh())
     run_user_step("timing", target, step)  # a failing step is reported at the user's line
-    timing = time_steps(
-        step, target.device, warmup=spec.get("warmup", 3), min_samples=spec.get("min_samples", 10),
-        budget_s=spec.get("timing_budget_s", 3.0),
-        on_sample=lambda n: progress(f"{n} timed steps"),
-    )
-    return timing.model_dump_json()
+
+    def time_once():
+        return time_steps(step, target.device, warmup=spec.get("warmup", 3), min_samples=spec.get("min_samples", 10),
+                          budget_s=spec.get("timing_budget_s", 3.0), on_sample=lambda n: progress(f"{n} timed steps"))
+    return timed_when_quiet(time_once, spec.get("wait_for_quiet_s", quiet_wait_s()), progress).model_dump_json()
 
 
 @stage("trace", runs_the_step=True)

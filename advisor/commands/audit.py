@@ -63,6 +63,8 @@ def run_audit(options: AuditOptions, progress: Callable[[str], None] = lambda te
         "trace_path": trace_path,
         "fetch_deadline_s": min(60.0, options.timeout / 2),  # a hung loader: the data stage times out on it
     }
+    if options.wait_for_quiet_s is not None:
+        spec["wait_for_quiet_s"] = options.wait_for_quiet_s
     files = FileSession.start(options.shadow_limit_mb)
     try:
         # the capture runs the user's code as a run of theirs would: its writes are real (and journaled)

@@ -27,4 +27,5 @@ class MeasureOptions(RuleOptions):
     budget: float = 120.0  # seconds for fix verification
     pairs: int | None = None  # each fix measured with exactly this many pairs, whatever the time (no budget)
     shadow_limit_mb: float | None = None  # the audited run's journal and each experiment's shadow
+    wait_for_quiet_s: float | None = None  # after contended timed steps; None: ADVISOR_WAIT_FOR_QUIET, else 15 s
     experiment: bool = False  # a run of advisor's own (advisor fix's re-audit of a patched copy): writes shadowed

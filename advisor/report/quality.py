@@ -1,7 +1,9 @@
 """How far a report's measurements can be trusted, judged once from the conditions they were taken in.
 
 The timing window's conditions decide the report's state: *quiet*, *contended* (with the figures and the
-processes named), or *unknown* (nothing was timed here, or /proc could not be read). In a contended run,
+processes named), or *unknown* (nothing was timed here, or /proc could not be read). An audit whose steps
+ran contended first waits a while for the contention to pass and times them again
+(``workload/timing.timed_when_quiet``); the summary says so. In a contended run,
 every verdict that rests on a share of the measured step (a finding's impact, a silent rule's margin) is
 marked *unreliable here* instead of being handed over as if the machine had been quiet: a busy core
 stretches each operator, so shares shift and rules fire or fall silent with the load, not the model.
@@ -34,17 +36,21 @@ def measurement_quality(evidence: Evidence) -> MeasurementQuality:
         if disagreement:
             return MeasurementQuality(state="contended", reasons=[disagreement], timing=conditions,
                                       summary=f"CONTENDED: {disagreement}")
+        unread = "; ".join(conditions.unreadable) if conditions is not None else ""
         return MeasurementQuality(state="unknown", timing=conditions,
-                                  summary="machine load not measured (no timed steps here, or /proc unreadable)")
+                                  summary="machine load not measured: " + (f"unreadable here: {unread}" if unread
+                                                                           else "no step was timed here"))
     reasons = judge(conditions) + ([disagreement] if disagreement else [])
     if reasons:
+        waited = f" ({evidence.timing.remeasured})" if evidence.timing.remeasured else ""
         return MeasurementQuality(state="contended", reasons=reasons, timing=conditions,
-                                  summary="CONTENDED while the step was timed: " + "; ".join(reasons)
+                                  summary="CONTENDED while the step was timed: " + "; ".join(reasons) + waited
                                           + ". Shares of the step and the verdicts on them are unreliable here")
     share = conditions.others_share or 0.0
     return MeasurementQuality(state="quiet", timing=conditions,
                               summary=f"quiet: other processes used {conditions.others_cores:.2f} of "
-                                      f"{conditions.cores_usable} CPUs ({share:.0%}) while the step was timed")
+                                      f"{conditions.cores_usable} CPUs ({share:.0%}) while the step was timed"
+                                      + (f" ({evidence.timing.remeasured})" if evidence.timing.remeasured else ""))
 
 
 def _stages_disagree(evidence: Evidence) -> str:

@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 import torch
 
-from advisor.conditions import Watch
+from advisor.conditions import Watch, judge, wait_for_quiet
 from advisor.evidence import Timing
 from advisor.stats import median_half_width, percentile
 
@@ -87,3 +87,26 @@ def timer_for(device: torch.device) -> Callable[[Callable[[], Any]], float]:
         fn()
         return (time.perf_counter_ns() - begin) / 1e6
     return host_time
+
+
+def timed_when_quiet(time_once: Callable[[], Timing], wait_s: float,
+                     progress: Callable[[str], None] = lambda text: None) -> Timing:
+    """``time_once()``; when another job held the CPUs meanwhile, wait up to ``wait_s`` for the machine to be
+    quiet and time the steps again: a share of a step another job stretched is not the model's. The timing
+    kept says what was seen (``remeasured``); one still contended is marked unreliable by the report."""
+    timing = time_once()
+    busy = judge(timing.conditions)
+    if not busy or wait_s <= 0:
+        return timing
+    progress(f"the steps ran while {'; '.join(busy)}: waiting up to {wait_s:g} s for the machine to be quiet")
+    waited = wait_for_quiet(wait_s)
+    if waited is None:
+        timing.remeasured = (f"waited {wait_s:g} s for the contention to pass (first timing: {'; '.join(busy)}); "
+                             "it did not")
+        return timing
+    again = time_once()
+    still = judge(again.conditions)
+    again.remeasured = (f"timed again after the machine was quiet for a moment ({waited:g} s after the first "
+                        f"timing, which ran while {'; '.join(busy)})"
+                        + (f"; the second timing ran while {'; '.join(still)}" if still else ""))
+    return again
