@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import os
 import sys
 
@@ -111,6 +112,7 @@ def run(command, out_dir, formats, rule_dirs, settings, disabled, fail_on, warmu
     """Audit an unmodified script: advisor run [OPTIONS] -- python train.py --its --args"""
     from advisor.commands.run import RunOptions, run_script
 
+    _refuse_an_option_as_command(command)
     chosen = formats_of(formats)
     options = RunOptions(command=tuple(command), out_dir=out_dir, formats=chosen, warmup_steps=warmup_steps,
                          steps=steps, full=full, timeout=timeout, rule_dirs=tuple(rule_dirs),
@@ -122,6 +124,17 @@ def run(command, out_dir, formats, rule_dirs, settings, disabled, fail_on, warmu
         fail(f"{script}: no such file; advisor run runs the command after --, e.g. advisor run -- python train.py")
     _audit_and_report(lambda progress: run_script(options, progress), script, options.stem, out_dir, chosen, fail_on,
                       quiet, debug)
+
+
+def _refuse_an_option_as_command(command: tuple[str, ...]) -> None:
+    """``run`` passes the script's own options through, so click hands it an option it does not know as the
+    command's first word; no command starts with a dash."""
+    if not command[0].startswith("-"):
+        return
+    known = [name for param in click.get_current_context().command.params for name in param.opts]
+    close = difflib.get_close_matches(command[0].split("=")[0], known, n=1)
+    fail(f"{command[0]}: not an option of advisor run{f' (did you mean {close[0]}?)' if close else ''}; advisor's "
+         "options go before --, the command after it (advisor run --steps 10 -- python train.py)")
 
 
 def _batch_sizes(value: str) -> tuple[int, ...]:

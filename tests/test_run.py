@@ -111,6 +111,14 @@ def test_a_missing_script_is_a_clear_cli_error(tmp_path):
     assert done.returncode == 2 and "nope.py: no such file" in done.stderr and "Traceback" not in done.stderr
 
 
+def test_an_unknown_option_is_a_clear_cli_error_not_the_command(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "advisor", "run", "--profile-steps", "2", "--", sys.executable,
+                           str(tmp_path / "train.py")], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "--profile-steps: not an option of advisor run" in done.stderr, done.stderr
+    assert not (tmp_path / "reports").exists()  # nothing ran, nothing was written
+
+
 def test_a_script_that_profiles_itself_is_timed_but_not_profiled_again(tmp_path):
     path = write_model(tmp_path, """
         import torch
