@@ -111,10 +111,15 @@ def test_a_rule_that_raises_is_reported_and_the_others_still_run(sample_audit, t
 def test_settings_are_validated():
     ruleset = load_rules()
     assert parse_settings(ruleset, ["host-sync.min_per_step=3"]) == {"host-sync": {"min_per_step": 3.0}}
+    assert parse_settings(ruleset, ["non-contiguous.min_share=1"]) == {"non-contiguous": {"min_share": 1.0}}
     for bad, message in [("host-sync.min_per_step", "expected SLUG.THRESHOLD=VALUE"),
                          ("nope.x=1", "no rule named 'nope'"),
                          ("host-sync.nope=1", "has no threshold 'nope'"),
-                         ("host-sync.min_per_step=lots", "is not a number")]:
+                         ("host-sync.min_per_step=lots", "is not a number"),
+                         ("host-sync.min_per_step=-1", "a finite number of at least 0"),
+                         ("host-sync.min_per_step=nan", "a finite number of at least 0"),
+                         ("non-contiguous.min_share=20", "min_share is a share, between 0 and 1"),
+                         ("severity.high_share=1.5", "high_share is a share, between 0 and 1")]:
         with pytest.raises(SettingError, match=re.escape(message)):
             parse_settings(ruleset, [bad])
     with pytest.raises(SettingError, match="no rule named nope"):

@@ -117,7 +117,7 @@ def _import_problem(source: str, broken: BaseException) -> RuleProblem:
 
 
 def parse_settings(ruleset: RuleSet, settings: Iterable[str]) -> dict[str, dict[str, float]]:
-    """``["kernel-storm.min_share=0.2"]`` -> ``{"kernel-storm": {"min_share": 0.2}}``, checked."""
+    """``["non-contiguous.min_share=0.2"]`` -> ``{"non-contiguous": {"min_share": 0.2}}``, checked."""
     overrides: dict[str, dict[str, float]] = {}
     for setting in settings:
         key, sep, raw = setting.partition("=")
@@ -132,7 +132,7 @@ def parse_settings(ruleset: RuleSet, settings: Iterable[str]) -> dict[str, dict[
         if name not in declared:
             known = ", ".join(sorted(declared)) or "none"
             raise SettingError(f"--set {setting!r}: {slug} has no threshold {name!r} (it has: {known})")
-        overrides.setdefault(slug, {})[name] = setting_value(setting, raw)
+        overrides.setdefault(slug, {})[name] = setting_value(setting, raw, name)
     return overrides
 
 
