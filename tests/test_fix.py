@@ -163,3 +163,13 @@ def test_a_scripts_patch_is_re_run_under_advisor_run_beside_the_original(tmp_pat
         assert run["status"] == "silent" and run["margin"] is not None, run
     subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
     subprocess.run(["git", "apply", "--check", "reports/train_loop.patch"], cwd=tmp_path, check=True)
+
+
+def test_a_dropped_edit_says_once_why_its_patched_source_did_not_run():
+    from advisor.commands.fix import _why_dropped
+    from advisor.rulekit.rule import Verification
+
+    reason = _why_dropped(Verification(status="fix-failed", note="the patched copy raised NameError: name 'F'"))
+    assert reason == "the patched source did not run: the patched copy raised NameError: name 'F'"
+    assert _why_dropped(Verification(status="numerics-failed", note="max error 0.3")).startswith(
+        "the patched source changes the results")

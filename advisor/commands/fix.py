@@ -84,8 +84,8 @@ class ModelFile:
         text = outcome.result("verify-patch")
         if text is None:
             failure = next(iter(outcome.errors), None)
-            return Verification(status="fix-failed", note=f"the patched source did not run: "
-                                                          f"{failure.message if failure else 'unknown'}")
+            # _why_dropped says "the patched source did not run: " before the note, as for a failure the child reports
+            return Verification(status="fix-failed", note=failure.message if failure else "no result and no error")
         return Verification.model_validate_json(text)
 
 
