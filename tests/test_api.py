@@ -18,7 +18,7 @@ def test_audit_a_live_model_and_save_every_format(tmp_path):
 
     model, inputs = non_contiguous.get_model(), non_contiguous.get_inputs()
     weights = {k: v.clone() for k, v in model.state_dict().items()}
-    report = advisor.audit(model, inputs, pairs=10)  # a run count, not a time budget: the same work anywhere
+    report = advisor.audit(model, inputs, pairs=10, trace_dir=str(tmp_path))  # a run count, not a time budget: the same work anywhere
     fired = {f.slug for f in report.findings}
     # A ConvNeXt-style net in NCHW. Its convolutions measure 25-28% of the step against channels-last's
     # 25% (borderline, as test_mission_rules records; the fast tier asserts it on saved evidence).
@@ -35,10 +35,10 @@ def test_audit_a_live_model_and_save_every_format(tmp_path):
 
 
 @pytest.mark.slow
-def test_audit_trains_with_an_optimizer_and_rejects_non_modules():
+def test_audit_trains_with_an_optimizer_and_rejects_non_modules(tmp_path):
     model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
     report = advisor.audit(model, torch.randn(4, 8), get_optimizer=lambda m: torch.optim.SGD(m.parameters(), lr=0.1),
-                           verify=False)
+                           verify=False, trace_dir=str(tmp_path))
     assert report.target.mode == "train" and report.target.optimizer == "SGD" and report.findings == []
     try:
         advisor.audit("not a model", torch.ones(1))
@@ -55,7 +55,7 @@ def test_api_and_cli_assemble_the_same_report(tmp_path):
     import forgot_eval  # noqa: E402 - a structural finding whose verdict no timing can flip
 
     cli = audit(SAMPLES / "forgot_eval.py", tmp_path / "cli", verify=True, pairs=3).report
-    api = advisor.audit(forgot_eval.get_model(), forgot_eval.get_inputs(), pairs=3)
+    api = advisor.audit(forgot_eval.get_model(), forgot_eval.get_inputs(), pairs=3, trace_dir=str(tmp_path))
     [cli_finding] = [f for f in cli.findings if f.slug == "train-mode-inference"]
     [api_finding] = [f for f in api.findings if f.slug == "train-mode-inference"]
     assert cli_finding.id == api_finding.id and cli_finding.id.startswith("ADV114-")
