@@ -51,6 +51,7 @@ from advisor.opnames import RECURRENT_OPS
 from advisor.rulekit.codemods import NoEdit
 from advisor.rulekit.fixing import replace_target
 from advisor.rulekit.helpers import runs_compiled
+from advisor.rulekit.patching import model_built_for
 from advisor.rulekit.rule import Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
 from advisor.sources import is_library_path, site_label
 from advisor.stats import percentile
@@ -157,10 +158,17 @@ def _cpu(ev: Evidence, trace: Trace, th: Thresholds) -> Iterator[Finding]:
             "profiled_op_us_p50": round(percentile(durations, 50), 3),
             "profiled_op_us_p90": round(percentile(durations, 90), 3),
             "step_ms": round(step_ms, 4),
+            **_forward_call(ev),
         },
         locations=_emitting_lines(trace, top),
         fix=_fix(ev, trace, th),
     )
+
+
+def _forward_call(ev: Evidence) -> dict:
+    """Where a script calls the model (advisor run): its patch compiles the model where that call's name is built."""
+    call = ev.target.forward_call
+    return {"forward_call_file": call.file, "forward_call_line": call.line} if call is not None and call.file else {}
 
 
 def _work_share(ev: Evidence, trace: Trace, step_ms: float) -> float | None:
@@ -218,6 +226,7 @@ def _gpu(ev: Evidence, trace: Trace, th: Thresholds) -> Iterator[Finding]:
             **({"gpu_busy_share": round(busy, 4)} if busy is not None else {}),
             **launch,
             "compiled": runs_compiled(trace),
+            **_forward_call(ev),
         },
         locations=_emitting_lines(trace, trace.top_ops()),
         fix=_fix(ev, trace, th),
@@ -304,10 +313,15 @@ def fix(target, finding):
     return replace_target(target, compile_mode="reduce-overhead" if target.device.type == "cuda" else "default")
 
 
-@check.patch(what="torch.compile where get_model() builds the model")
+@check.patch(what="torch.compile where the model is built")
 def patch(files, finding):
-    """``get_model()`` returns the model compiled."""
+    """``get_model()`` returns the model compiled; in a script, the model is compiled where the name the
+    script calls it by is built (``model = torch.compile(Net())``)."""
     if finding.evidence.get("compiled"):
         raise NoEdit('the model runs compiled already: mode="reduce-overhead" is set at its torch.compile call by hand')
+    call_line = finding.evidence.get("forward_call_line")
+    if call_line:
+        source = files.read(finding.evidence.get("forward_call_file") or files.entry)
+        return source.with_torch([source.wrap(model_built_for(source, call_line), "torch.compile({})")])
     source = files.read(files.entry)
     return source.with_torch([source.wrap(source.returned_by("get_model"), "torch.compile({})")])

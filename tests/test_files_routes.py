@@ -108,3 +108,14 @@ def test_an_experiment_that_deletes_its_working_folder_changes_nothing_and_a_pro
     session.finish_run(arm, "experiment", 1.0, 0, done.stdout)
     assert file_states(work) == before
     assert any("started true, which advisor's file layer does not reach" in line for line in session.unrouted)
+
+
+def test_the_programs_a_run_starts_are_one_line_each_however_often_it_starts_them():
+    from advisor.files.session import _grouped, _unrouted
+
+    started = [{"op": "subprocess", "argv": ["g++", f"/tmp/kernel{n}.cpp"], "child": 100 + n} for n in range(12)]
+    started.append({"op": "subprocess", "argv": ["openssl", "sha512", "header.i"], "child": 200})
+    lines = _grouped([d for event in started if (d := _unrouted(event, set(), "an experiment run"))])
+    assert len(lines) == 2, lines
+    assert lines[0].startswith("an experiment run started g++ /tmp/kernel0.cpp,") and "(g++: 12 times in all)" in lines[0]
+    assert "openssl sha512 header.i" in lines[1] and "times in all" not in lines[1]

@@ -44,7 +44,8 @@ class FileSession:
     cwd: str = field(default_factory=lambda: os.path.realpath(os.getcwd()))
     passthrough: list[str] = field(default_factory=list)
     runs: list[ExperimentRun] = field(default_factory=list)
-    unrouted: list[str] = field(default_factory=list)
+    unrouted: list[str] = field(default_factory=list)  # the experiment runs' unfollowed doings, one line per program
+    unrouted_found: list[tuple[str, str]] = field(default_factory=list)  # (program or path, its sentence), each seen
     before: dict[str, tuple] = field(default_factory=dict)  # path -> its state once the audited run ended
     touched: set[str] = field(default_factory=set)  # paths the experiment runs wrote or deleted (in their shadows)
     experiments_began_ns: int = 0
@@ -137,7 +138,7 @@ class FileSession:
     def audited_programs(self) -> list[str]:
         entries, _ = read_log(os.path.join(self.journal, WRITTEN_LOG))
         installed = {e["pid"] for e in entries if e.get("op") == "installed"}
-        return list(dict.fromkeys(d for e in entries if (d := _unrouted(e, installed, "the audited run"))))
+        return _grouped([d for e in entries if (d := _unrouted(e, installed, "the audited run"))])
 
     def remember(self) -> None:
         """The state the audited run left (what the experiments must not change), taken before them."""
@@ -151,10 +152,8 @@ class FileSession:
     def finish_run(self, arm: str, label: str, seconds: float, exit_code: int | None, stdout: str) -> ExperimentRun:
         entries, _ = read_log(os.path.join(arm, "shadow", EVENTS_LOG))
         installed = {e["pid"] for e in entries if e.get("op") == "installed"}
-        for event in entries:
-            described = _unrouted(event, installed, "an experiment run")
-            if described and described not in self.unrouted:
-                self.unrouted.append(described)
+        self.unrouted_found += [d for e in entries if (d := _unrouted(e, installed, "an experiment run"))]
+        self.unrouted = _grouped(self.unrouted_found)
         self.touched.update(e["path"] for e in entries if e.get("op") in ("write", "delete"))
         files, size = tree_size(os.path.join(arm, "shadow", "upper"))
         record = ExperimentRun(label=label, seconds=round(seconds, 3), exit_code=exit_code, shadow_files=files,
@@ -198,16 +197,30 @@ class FileSession:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
-def _unrouted(event: dict, installed: set[int], who: str) -> str | None:
-    """What a run did that its file layer could not follow, in a sentence; None for the rest."""
+def _unrouted(event: dict, installed: set[int], who: str) -> tuple[str, str] | None:
+    """What a run did that its file layer could not follow: (the program or path it concerns, a sentence);
+    None for the rest."""
     if event.get("op") == "unseen":
-        return f"{who} wrote {event['path']} {event['why']}: not followed"
+        return event["path"], f"{who} wrote {event['path']} {event['why']}: not followed"
     if event.get("op") != "subprocess" or event.get("child") in installed:
         return None  # a Python process that installed the layer itself is followed
-    command = " ".join(event["argv"])[:200]
+    command, program = " ".join(event["argv"])[:200], os.path.basename(event["argv"][0]) if event["argv"] else "?"
     if event.get("child") is None:
-        return f"{who} started {command} ({event.get('how', 'a program')}): advisor cannot tell whether its writes were followed"
-    return f"{who} started {command}, which advisor's file layer does not reach: its writes are real"
+        return program, (f"{who} started {command} ({event.get('how', 'a program')}): advisor cannot tell whether its "
+                         "writes were followed")
+    return program, f"{who} started {command}, which advisor's file layer does not reach: its writes are real"
+
+
+def _grouped(found: list[tuple[str, str]]) -> list[str]:
+    """One line per program (torch.compile's toolchain starts g++ dozens of times): its first sentence, and how
+    many times in all."""
+    first: dict[str, str] = {}
+    counts: dict[str, int] = {}
+    for key, sentence in found:
+        first.setdefault(key, sentence)
+        counts[key] = counts.get(key, 0) + 1
+    return [sentence if counts[key] == 1 else f"{sentence} ({key}: {counts[key]} times in all)"
+            for key, sentence in first.items()]
 
 
 def _state(path: str) -> tuple | None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from advisor.rulekit.codemods import Change, NoEdit, Source
+from advisor.rulekit.cst_nodes import ends_with_name
 
 LOADER_CALL_NOTE = "the DataLoader(...) call"
 
@@ -158,3 +159,42 @@ def _calls_backward(statement: Any) -> bool:
     from libcst import matchers
 
     return bool(matchers.findall(statement, matchers.Call(func=matchers.Attribute(attr=matchers.Name("backward")))))
+
+
+def model_built_for(source: Source, line: int) -> Any:
+    """The expression that builds the model a script calls at ``line`` (``model = Net(...)`` for
+    ``out = model(x)``): the one assignment of that plain name, from a call, in the same function (or at the
+    top level) before the call. NoEdit where the model is reached another way (an attribute, an argument, a
+    name assigned twice): where it is built is then not certain."""
+    import libcst
+
+    statement = source.statement_at(line)
+    callees = {call.func.value for call in source.calls_on_line(line) if isinstance(call.func, libcst.Name)}
+    if not callees:
+        raise NoEdit(f"the model called at {source.path}:{line} is not called by a plain name (an attribute, an "
+                     "item): where it is built is not certain, so torch.compile goes in by hand")
+    scope = source.parents.get(statement)
+    while scope is not None and not isinstance(scope, (libcst.FunctionDef, libcst.Module)):
+        scope = source.parents.get(scope)
+    built = [node for node in source.positions if isinstance(node, libcst.Assign) and len(node.targets) == 1
+             and isinstance(node.targets[0].target, libcst.Name) and node.targets[0].target.value in callees
+             and _scope_of(source, node) is scope and source.span(node)[0] < line]
+    names = {node.targets[0].target.value for node in built}
+    if len(built) != 1 or not isinstance(built[0].value, libcst.Call):
+        called = " or ".join(sorted(callees))
+        how = "assigned more than once" if len(built) > 1 else "not built by a call" if built else \
+            "not built in the same function"
+        raise NoEdit(f"the model called at {source.path}:{line} ({called}) is {how}: where it is built is not "
+                     "certain, so torch.compile goes in by hand")
+    if ends_with_name(built[0].value.func, "compile"):
+        raise NoEdit(f"{names.pop()} is compiled where it is built ({source.path}:{source.span(built[0])[0]})")
+    return built[0].value
+
+
+def _scope_of(source: Source, node: Any) -> Any:
+    import libcst
+
+    scope = source.parents.get(node)
+    while scope is not None and not isinstance(scope, (libcst.FunctionDef, libcst.Module, libcst.ClassDef)):
+        scope = source.parents.get(scope)
+    return scope
