@@ -65,16 +65,23 @@ class Watch:
     """``with Watch() as watch: ...`` then ``watch.conditions``: the machine over the block; or ``start()``
     and ``stop()`` where the window spans calls (the timed steps of a script)."""
 
-    def __init__(self) -> None:
+    def __init__(self, readable: bool = False) -> None:
+        """``readable``: a block shorter than ``MIN_WINDOW_S`` is watched on, idle, until its shares can be read
+        (verification's pairs of a fast step take a fifth of a second, too short for /proc's ticks); what
+        ran beside it just after is the best reading of what ran beside it."""
         self.conditions: MeasurementConditions | None = None
+        self.readable = readable
         self._usable = _usable_cpus()
         self._start: _Snapshot | None = None
+        self._began = 0.0
 
     def start(self) -> None:
-        self._start = _snapshot()
+        self._start, self._began = _snapshot(), time.monotonic()
 
     def stop(self) -> None:
         if self._start is not None:
+            if self.readable and (short := MIN_WINDOW_S - (time.monotonic() - self._began)) > 0:
+                time.sleep(short)
             end = _snapshot()
             self.conditions = between(self._start, end, self._usable)
             self.conditions.gpus = read_gpus(_family(os.getpid(), end.processes), self.conditions.unreadable)

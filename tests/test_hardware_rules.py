@@ -116,6 +116,20 @@ def test_a_window_shorter_than_the_ticks_can_resolve_leaves_its_shares_unread():
     assert not any("window lasted" in why for why in long_enough.unreadable)
 
 
+def test_a_readable_watch_over_a_block_too_short_for_the_ticks_watches_on_until_its_shares_can_be_read():
+    """Verification's pairs of a fast step (10 pairs in 0.2 s): left unread, a busy machine could not be told
+    from a quiet one, and an inconclusive verdict could not say why."""
+    from advisor.conditions import Watch
+
+    with Watch() as plain:
+        pass
+    with Watch(readable=True) as readable:
+        pass
+    assert plain.conditions.others_cores is None and any("window lasted" in why for why in plain.conditions.unreadable)
+    assert readable.conditions.others_cores is not None and readable.conditions.own_cores is not None
+    assert not any("window lasted" in why for why in readable.conditions.unreadable)
+
+
 def test_a_contended_report_says_so_first_and_marks_what_rests_on_shares(machine_rules):
     evidence = saved_evidence("kernel_storm").model_copy()
     evidence.timing = evidence.timing.model_copy(update={"conditions": recorded("busy_loop")})

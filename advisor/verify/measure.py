@@ -66,7 +66,7 @@ def interleave(
         return timed(side)
 
     result = ABResult([], [])
-    with Watch() as watch:
+    with Watch(readable=True) as watch:
         started = time.perf_counter()
         while len(result.baseline_ms) < max_pairs:
             if len(result.baseline_ms) % 2 == 0:
