@@ -77,7 +77,9 @@ def test_non_contiguous_threshold_silences_it(sample_audit):
     runs = []
     run_rules(ruleset, ev, runs=runs)
     share = next(r for r in runs if r.slug == "non-contiguous").margin.value  # reported when silent too
-    for threshold, fires in ((share + 0.01, False), (share / 2, True)):
+    # a share is at most 1 (--set refuses more): a step that was all copies has no threshold above it
+    cases = [(share / 2, True)] + ([(share + 0.01, False)] if share + 0.01 <= 1 else [])
+    for threshold, fires in cases:
         findings, _ = run_rules(ruleset, ev, parse_settings(ruleset, [f"non-contiguous.min_share={threshold}"]))
         assert bool([f for f in findings if f.slug == "non-contiguous"]) == fires, (threshold, share)
 
@@ -193,7 +195,10 @@ def test_dataloader_workers_states_a_concrete_value_and_why(sample_audit):
     suggested = finding.evidence["workers_suggested"]
     assert f"num_workers={suggested}" in finding.fix.summary and suggested >= 1
     assert f"{ev.env.cpu_cores_available} cores" in finding.message and "thread" in finding.message
-    assert finding.evidence["batch_ms"] > finding.evidence["step_ms"]
+    # The batch and the step are timed in different stages; beside another job either may be the one stretched
+    # (a step of 168 ms against batches of 37 ms was seen beside a busy-loop): their order holds on a quiet run.
+    if sample_audit("dataloader_workers").report.quality.state != "contended":
+        assert finding.evidence["batch_ms"] > finding.evidence["step_ms"]
 
 
 def test_dataloader_workers_on_cuda_leaves_one_core_for_the_trainer():
