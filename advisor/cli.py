@@ -24,7 +24,7 @@ from advisor.errors import stop_name, stop_on_signals
 from advisor.report.terminal import print_problems, print_summary
 from advisor.report.write import write_reports
 from advisor.rulekit import severity
-from advisor.rulekit.engine import load_rules
+from advisor.rulekit.engine import BrokenInstall, load_rules
 from advisor.rulekit.thresholds import SettingError, with_settings
 from advisor.trace.gc_pause import gc_paused
 from advisor.version import __version__
@@ -66,7 +66,7 @@ def _audit_and_report(audit_with, subject: str, stem: str, out_dir: str, formats
     progress = (lambda text: None) if quiet else (lambda text: click.echo(f"[advisor] {text}", err=True))
     try:
         result = audit_with(progress)
-    except SettingError as bad:
+    except (SettingError, BrokenInstall) as bad:
         fail(str(bad), debug)
     except KeyboardInterrupt as interruption:  # where no partial report can be written (advisor run writes one)
         fail(f"{subject}: interrupted ({stop_name(interruption)}); every process advisor started was ended", debug)
@@ -181,7 +181,7 @@ def ready(model_file, batch_sizes, latency_budget, precision, precision_toleranc
         fail(f"{model_file}: no such file; pass the path of a model file defining get_model() and get_inputs()")
     try:
         limits = with_settings(LIMITS_OWNER, LIMITS, settings)
-    except SettingError as bad:
+    except (SettingError, BrokenInstall) as bad:
         fail(str(bad), debug)
     options = ReadyRunOptions(
         model_file=model_file, out_dir=out_dir, formats=chosen, batch_sizes=sizes, device=device, timeout=timeout,
@@ -215,7 +215,7 @@ def _analyze(options: AnalyzeOptions, first_path: str, out_dir: str, chosen: tup
              debug: bool) -> int:
     try:
         result = run_analyze(options)
-    except SettingError as bad:
+    except (SettingError, BrokenInstall) as bad:
         fail(str(bad), debug)
     except Exception as unexpected:  # noqa: BLE001
         fail(f"{first_path}: internal error in advisor: {type(unexpected).__name__}: {unexpected}", debug)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -152,3 +153,20 @@ def test_cli_rules_list_explain_disable_and_extra_folder(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "advisor", "audit", str(SAMPLES / "host_sync.py"), "--out", str(out),
                           "--set", "host-sync.bogus=1", "--no-verify"], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "has no threshold 'bogus'" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_a_checkout_run_without_its_install_says_so_instead_of_crashing(tmp_path):
+    # advisor's package found on the path while its rule pack (rules/, mapped in by the install) is not: the
+    # site folder is added by hand, without its .pth files, so the editable install's finder is not there
+    import sysconfig
+
+    import advisor
+
+    (tmp_path / "advisor").symlink_to(os.path.dirname(advisor.__file__), target_is_directory=True)
+    program = (f"import sys; sys.path[:0] = [{str(tmp_path)!r}, {sysconfig.get_paths()['purelib']!r}]; "
+               f"sys.argv = ['advisor', 'audit', {str(SAMPLES / 'host_sync.py')!r}, '--no-verify', "
+               f"'--out', {str(tmp_path / 'out')!r}]; from advisor.cli import main; main()")
+    done = subprocess.run([sys.executable, "-S", "-c", program], capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr
+    assert "advisor.rules" in done.stderr and "not installed from where it runs" in done.stderr, done.stderr
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())  # nothing ran, nothing written

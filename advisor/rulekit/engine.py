@@ -62,6 +62,10 @@ class RuleSet:
             self.rules.append(candidate)
 
 
+class BrokenInstall(RuntimeError):
+    """advisor's own files are not all importable: no audit can run, whatever the user's files are."""
+
+
 BUILTIN_PACK = "advisor.rules"  # the rule pack shipped with advisor, loaded by name like any plug-in
 
 
@@ -69,6 +73,11 @@ def load_rules(extra_dirs: Iterable[str] = ()) -> RuleSet:
     """The built-in pack's rules, then each ``--rules`` folder's; a broken file is a problem, not a crash."""
     ruleset = RuleSet()
     pack = importlib.util.find_spec(BUILTIN_PACK)
+    if pack is None:  # the package is importable but its rule pack is not: a checkout run without its install
+        raise BrokenInstall(
+            f"advisor's built-in rules ({BUILTIN_PACK}, the rules/ folder of its source) cannot be imported beside "
+            f"{os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}: this advisor is not installed from where "
+            f"it runs (a checkout run without `pip install -e .`, or an install moved since); install it again")
     for info in sorted(pkgutil.iter_modules(pack.submodule_search_locations or []), key=lambda i: i.name):
         if info.name.startswith("_"):
             continue
