@@ -8,6 +8,10 @@ go through the same code.
 
 from __future__ import annotations
 
+import gzip
+import os
+import shutil
+import tempfile
 from typing import Any, Callable
 
 import torch
@@ -50,5 +54,22 @@ def record_trace(
                     step()
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
-    with suspended():  # advisor's own file, not one of the user's writes
-        prof.export_chrome_trace(path)
+    export_trace(prof, path)
+
+
+# torch.profiler gzips a .gz export line by line at level 9: 0.7 s of kernel_storm's 0.75 s export (a 7.5 MB
+# trace); one pass at level 3 takes 0.03 s for a file 1.6x larger, which inflates as fast
+GZIP_LEVEL = 3
+
+
+def export_trace(prof: profile, path: str) -> None:
+    """Write the profile's Kineto trace to ``path`` (a ``.json.gz``): exported plain, then compressed once."""
+    with suspended():  # advisor's own files, not the user's writes
+        handle, plain = tempfile.mkstemp(suffix=".json", dir=os.path.dirname(os.path.abspath(path)))
+        os.close(handle)
+        try:
+            prof.export_chrome_trace(plain)
+            with open(plain, "rb") as source, gzip.open(path, "wb", compresslevel=GZIP_LEVEL) as target:
+                shutil.copyfileobj(source, target, 1 << 20)
+        finally:
+            os.remove(plain)

@@ -7,8 +7,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from advisor.capture.collect import gather_capture
-from advisor.capture.stages import CAPTURE
+from advisor.capture.collect import TraceReadAhead, gather_capture
+from advisor.capture.stages import CAPTURE, UNTIMED_FROM
 from advisor.commands.options import MeasureOptions
 from advisor.evidence import (
     Evidence,
@@ -70,8 +70,10 @@ def run_audit(options: AuditOptions, progress: Callable[[str], None] = lambda te
         # the capture runs the user's code as a run of theirs would: its writes are real (and journaled)
         environment, scratch = (files.shadow_environment() if options.experiment
                                 else (files.journal_environment(), files.folder))
-        run = run_capture(spec, options.timeout, CAPTURE, progress, environment=environment, scratch_in=scratch)
-        gathered = gather_capture(run, options.model_file)
+        read_ahead = TraceReadAhead(UNTIMED_FROM)
+        run = run_capture(spec, options.timeout, CAPTURE, progress, environment=environment, scratch_in=scratch,
+                          on_start=read_ahead.on_start)
+        gathered = gather_capture(run, options.model_file, read_ahead)
         evidence, errors = gathered.evidence, gathered.errors
         report = assemble_report(gathered, rules, VerificationSettings(enabled=options.verify, budget_s=options.budget,
                                                                        pairs=options.pairs))

@@ -52,7 +52,9 @@ class ProfiledSteps:
             return
         self.annotator.__exit__(None, None, None)
         self.profiler.__exit__(None, None, None)
-        self.profiler.export_chrome_trace(os.path.join(self.out, "trace.json.gz"))
+        from advisor.capture.profile import export_trace
+
+        export_trace(self.profiler, os.path.join(self.out, "trace.json.gz"))
         self.profiler = None
         self._watch_calls()
 

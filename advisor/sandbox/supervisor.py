@@ -65,9 +65,11 @@ def run_capture(
     progress: Callable[[str], None] = lambda text: None,
     environment: dict[str, str] | None = None,
     scratch_in: str | None = None,
+    on_start: Callable[[str, CaptureRun], None] = lambda stage, run: None,
 ) -> CaptureRun:
     """Run the ``plan``'s stages in a fresh child. ``environment``: the file layer's (the capture's journal, or a
-    verification child's shadow); ``scratch_in``: where the child's own folder goes."""
+    verification child's shadow); ``scratch_in``: where the child's own folder goes; ``on_start``: called as each
+    stage starts, with what the stages before it returned."""
     workdir = tempfile.mkdtemp(prefix="advisor-", dir=scratch_in)
     spec = {**spec, "workdir": workdir, "stages": list(plan.stages), "stage_modules": list(plan.modules)}
     spec_path = os.path.join(workdir, "spec.json")
@@ -90,7 +92,7 @@ def run_capture(
     os.close(write_fd)
     finished = False
     try:
-        finished = _follow(child, read_fd, run, timeout, progress)
+        finished = _follow(child, read_fd, run, timeout, progress, on_start)
     finally:
         os.close(read_fd)
         if not finished:
@@ -116,7 +118,7 @@ def _read(path: str) -> str:
         return handle.read()
 
 
-def _follow(child, read_fd, run: CaptureRun, timeout: float, progress) -> bool:
+def _follow(child, read_fd, run: CaptureRun, timeout: float, progress, on_start) -> bool:
     """Read the child's reports until it says exit (True), dies or times out (False)."""
     buffer = b""
     current: str | None = None
@@ -153,6 +155,7 @@ def _follow(child, read_fd, run: CaptureRun, timeout: float, progress) -> bool:
             elif kind == "start":
                 current, started = stage, time.monotonic()
                 progress(f"{stage} …")
+                on_start(stage, run)
             elif kind == "progress":
                 progress(f"{stage}: {message['text']}")
             elif kind == "done":
