@@ -96,9 +96,12 @@ def _write(path: Path, text: str) -> None:
 # --- what each sample must make advisor say, written in the sample itself ------------------------------
 # ``# expect: slug[, slug]`` on a line: the rule fires and points at that line; ``# expect anywhere: slug``,
 # ``# expect on cuda: slug`` (when the evidence is replayed as a CUDA run), ``# expect under torchrun: slug``
-# (a script's torchrun job) and ``# expect nothing`` at the end of the file. A new sample (or a new rule's
+# (a script's torchrun job), ``# expect anywhere before torch 2.14: slug`` (what the installed PyTorch
+# decides: Dynamo 2.14 traces a torch.save that 2.13 breaks the graph on) and ``# expect nothing`` at the end
+# of the file. A new sample (or a new rule's
 # positive and negative samples) is collected by the tests as it is written: no list to keep by hand.
-_EXPECT = re.compile(r"#.*?\bexpect(?P<where> anywhere| on cuda| under torchrun)?:\s*(?P<slugs>[a-z0-9-]+(?:,\s*[a-z0-9-]+)*)")
+_EXPECT = re.compile(r"#.*?\bexpect(?P<where> anywhere| on cuda| under torchrun)?(?: before torch (?P<before>\d+\.\d+))?:"
+                     r"\s*(?P<slugs>[a-z0-9-]+(?:,\s*[a-z0-9-]+)*)")
 
 
 @dataclass
@@ -107,12 +110,18 @@ class Expected:
     anywhere: set[str] = field(default_factory=set)
     on_cuda: set[str] = field(default_factory=set)
     under_torchrun: set[str] = field(default_factory=set)
+    before_torch: dict[str, tuple[int, int]] = field(default_factory=dict)  # slug -> first release it is silent on
     nothing: bool = False
 
     @property
     def fires(self) -> set[str]:
-        """Every rule that fires on the sample's own (CPU) evidence."""
+        """Every rule that fires on the sample's own (CPU) evidence, on some PyTorch release."""
         return set(self.lines) | self.anywhere
+
+    def fires_with(self, torch_version: str) -> set[str]:
+        """The rules that fire on the sample's (CPU) evidence gathered with this PyTorch release."""
+        release = tuple(int(part) for part in re.findall(r"\d+", torch_version)[:2])
+        return {slug for slug in self.fires if slug not in self.before_torch or release < self.before_torch[slug]}
 
 
 def expected(path: Path) -> Expected:
@@ -123,6 +132,9 @@ def expected(path: Path) -> Expected:
         for match in _EXPECT.finditer(line):
             slugs = [s.strip() for s in match.group("slugs").split(",")]
             where = (match.group("where") or "").strip()
+            if match.group("before"):
+                bound = tuple(int(part) for part in match.group("before").split("."))
+                found.before_torch.update(dict.fromkeys(slugs, bound))
             if where == "anywhere":
                 found.anywhere.update(slugs)
             elif where == "on cuda":

@@ -10,7 +10,7 @@ rules also on the real GPU traces in ../shared (tests/test_analyze.py, tests/tes
 from __future__ import annotations
 
 import pytest
-from evidence_fixtures import annotated_samples, annotated_scripts, recorded_samples, saved_evidence
+from evidence_fixtures import annotated_samples, annotated_scripts, expected, recorded_samples, saved_evidence
 
 from advisor.evidence import DataLoaderInfo
 from advisor.rulekit.engine import RuleConfig, load_rules
@@ -44,11 +44,20 @@ def test_every_sample_has_saved_evidence_and_says_what_it_expects():
     assert silent == [], "a sample says neither '# expect: slug' nor '# expect nothing'"
 
 
+def test_an_expectation_bounded_to_earlier_releases_is_not_held_against_later_ones(tmp_path):
+    sample = tmp_path / "bounded.py"
+    sample.write_text("x = 1  # expect: host-sync\n# expect anywhere before torch 2.14: graph-breaks\n", encoding="utf-8")
+    expect = expected(sample)
+    assert expect.fires_with("2.13.0+cpu") == {"host-sync", "graph-breaks"} == expect.fires
+    assert expect.fires_with("2.14.1+cu130") == expect.fires_with("3.0.0") == {"host-sync"}
+
+
 @pytest.mark.parametrize("sample", sorted(EXPECTED))
 def test_each_sample_fires_exactly_its_rules_at_its_lines(sample):
-    result = findings(saved_evidence(sample))
+    evidence = saved_evidence(sample)
+    result = findings(evidence)
     expect = EXPECTED[sample]
-    assert {f.slug for f in result} == expect.fires, [f.message for f in result]
+    assert {f.slug for f in result} == expect.fires_with(evidence.env.torch_version), [f.message for f in result]
     path = SAMPLES / f"{sample}.py"
     for slug, lines in expect.lines.items():
         found = {loc.line for f in result if f.slug == slug for loc in f.locations if loc.file == str(path)}
