@@ -90,19 +90,33 @@ def test_a_script_that_fails_before_its_first_step_is_one_clear_error(tmp_path, 
 
 
 def test_no_step_within_the_timeout_names_step_marker_and_leaves_nothing_running(tmp_path):
-    path = write_model(tmp_path, """
+    reached = tmp_path / "reached"
+    path = write_model(tmp_path, f"""
         import time, torch
         from torch.utils.data import DataLoader, TensorDataset
         loader = DataLoader(TensorDataset(torch.zeros(64, 2)), batch_size=2, num_workers=2)
+        open({str(reached)!r}, "w").close()
         while True:  # no optimizer, no module forward: no step ever
             for batch in loader:
                 time.sleep(0.2)
     """, name="waits.py")
     result = _run(path, tmp_path / "out", timeout=4)  # it returns, however slow the machine: the script never stepped
     [error] = result.report.errors
-    assert error.kind == "timeout" and "use --step-marker" in error.message
+    assert error.kind == "timeout", error
+    if reached.exists():  # the event, not the machine's speed: the script reached its loop before the timeout
+        assert "use --step-marker" in error.message, error.message
     left = subprocess.run(["pgrep", "-f", str(path)], capture_output=True, text=True)
     assert left.stdout.strip() == ""  # the script and its loader workers are gone
+
+
+def test_a_timeout_before_the_script_imports_torch_says_so_not_that_it_never_would(tmp_path):
+    path = write_model(tmp_path, """
+        import time
+        time.sleep(60)  # a slow start: the timeout comes first
+        import torch
+    """, name="slow_start.py")
+    [error] = _run(path, tmp_path / "out", timeout=2).report.errors
+    assert error.kind == "timeout" and "before the script had imported torch" in error.message, error
 
 
 def test_a_missing_script_is_a_clear_cli_error(tmp_path):

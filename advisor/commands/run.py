@@ -169,7 +169,12 @@ def _primary_evidence(run: ScriptRun, options: RunOptions) -> tuple[Evidence, li
     if errors and not stopped_early:
         return evidence, errors, notes
     if run.read("installed.json") is None:
-        errors.append(_script_error(run, options, "the script never imported torch, so there is no step to audit"))
+        if run.timed_out:  # still starting (a slow or loaded machine takes seconds to import torch), not torch-free
+            errors.append(StageError(stage="load", kind="timeout", message=(
+                f"stopped at --timeout ({options.timeout:g} s) before the script had imported torch, so no step "
+                "was reached; raise --timeout")))
+        else:
+            errors.append(_script_error(run, options, "the script never imported torch, so there is no step to audit"))
         return evidence, errors, notes
     if (unmatched := run.read("marker_unmatched.json")) is not None:
         errors.append(StageError(stage="timing", kind="user-code", message=_unmatched_marker(unmatched)))
