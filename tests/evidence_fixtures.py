@@ -98,8 +98,8 @@ def _write(path: Path, text: str) -> None:
 # ``# expect on cuda: slug`` (when the evidence is replayed as a CUDA run), ``# expect under torchrun: slug``
 # (a script's torchrun job), ``# expect anywhere before torch 2.14: slug`` (what the installed PyTorch
 # decides: Dynamo 2.14 traces a torch.save that 2.13 breaks the graph on) and ``# expect nothing`` at the end
-# of the file. A new sample (or a new rule's
-# positive and negative samples) is collected by the tests as it is written: no list to keep by hand.
+# of the file. A new sample (or a new rule's positive and negative samples) is collected by the tests as it is
+# written: no list to keep by hand.
 _EXPECT = re.compile(r"#.*?\bexpect(?P<where> anywhere| on cuda| under torchrun)?(?: before torch (?P<before>\d+\.\d+))?:"
                      r"\s*(?P<slugs>[a-z0-9-]+(?:,\s*[a-z0-9-]+)*)")
 
