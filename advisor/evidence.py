@@ -8,11 +8,13 @@ when its stage failed or did not apply; rules must check before reading.
 from __future__ import annotations
 
 import linecache
+import statistics
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from advisor.machine_state import MeasurementConditions
 from advisor.records import Field, Record
+from advisor.stats import percentile
 from advisor.trace.parse import Trace
 from advisor.trace.ranks import RankTrace
 
@@ -137,6 +139,16 @@ class Timing(Record):
     conditions: MeasurementConditions | None = Field(default=None, description="the machine while the steps ran")
     remeasured: str = Field(default="", description="the steps were timed again once a contention passed, or "
                                                     "waited for in vain: what was seen, and how long it took")
+
+    @classmethod
+    def of_samples(cls, samples_ms: list[float], timer: str, warmup: int) -> Timing:
+        mean = statistics.fmean(samples_ms)
+        spread = statistics.pstdev(samples_ms) if len(samples_ms) > 1 else 0.0
+        return cls(
+            timer=timer, warmup_steps=warmup, samples_ms=samples_ms,
+            median_ms=statistics.median(samples_ms), p25_ms=percentile(samples_ms, 25),
+            p75_ms=percentile(samples_ms, 75), min_ms=min(samples_ms), cv=spread / mean if mean > 0 else 0.0,
+        )
 
     @property
     def iqr_ms(self) -> float:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import os
+import pickle
 import textwrap
 from pathlib import Path
 
@@ -72,16 +75,56 @@ def audit(path: Path, out_dir: Path, progress=lambda text: None, **options) -> A
 
 @pytest.fixture(scope="session")
 def sample_audit(tmp_path_factory):
-    """Audit a bundled sample once per test session: ``sample_audit("host_sync")``."""
+    """Audit a bundled sample once per test session: ``sample_audit("host_sync")``. The session's xdist workers
+    share the audits: the first to ask audits (the other waits on the sample's lock) and leaves the result,
+    pickled, for the other to read; test files on either worker ask for the same samples."""
     cache: dict[str, AuditResult] = {}
-    out_dir = tmp_path_factory.mktemp("sample-reports")
+    shared = _session_folder(tmp_path_factory) / "sample-audits"
+    shared.mkdir(exist_ok=True)
 
     def run(name: str) -> AuditResult:
         if name not in cache:
-            cache[name] = audit(SAMPLES / f"{name}.py", out_dir)
+            cache[name] = _shared_audit(name, shared)
         return cache[name]
 
     return run
+
+
+@contextlib.contextmanager
+def _machine_rules_left_out():
+    before = os.environ.get("ADVISOR_DISABLE")
+    os.environ["ADVISOR_DISABLE"] = MACHINE_STATE_RULES
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["ADVISOR_DISABLE"]
+        else:
+            os.environ["ADVISOR_DISABLE"] = before
+
+
+def _session_folder(tmp_path_factory) -> Path:
+    """This test session's folder, the same for all its xdist workers (each has a subfolder of it)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+def _shared_audit(name: str, shared: Path) -> AuditResult:
+    saved = shared / f"{name}.pickle"
+    with open(shared / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if saved.exists():
+            with open(saved, "rb") as handle:
+                return pickle.load(handle)
+        out_dir = shared / f"{name}-reports"
+        out_dir.mkdir()
+        with _machine_rules_left_out():  # whichever test asks first: machine_rules may have turned them on
+            result = audit(SAMPLES / f"{name}.py", out_dir)
+        partial = saved.with_suffix(".partial")
+        with open(partial, "wb") as handle:
+            pickle.dump(result, handle, protocol=pickle.HIGHEST_PROTOCOL)
+        partial.rename(saved)
+        return result
 
 
 def file_states(root) -> dict[str, tuple]:

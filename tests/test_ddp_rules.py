@@ -6,11 +6,10 @@ import json
 
 from evidence_fixtures import DDP_DIR, saved_evidence
 
-from advisor.evidence import DDPInfo, Evidence, RankSummary, TargetInfo
+from advisor.evidence import DDPInfo, Evidence, RankSummary, TargetInfo, Timing
 from advisor.rulekit.engine import load_rules, run_rules, thresholds_for
 from advisor.trace.parse import parse_trace
 from advisor.trace.ranks import RankTrace, host_gaps, summarize_file
-from advisor.workload.timing import summarize
 from conftest import write_model
 
 STRAGGLER = thresholds_for(load_rules().get("straggler"), {})  # its thresholds as shipped
@@ -25,7 +24,7 @@ def _evidence(step_ms: float = 80.0, **ddp) -> Evidence:
                    forward_file=SCRIPT, forward_line=20, forwards_per_step=4.0, synced_forwards_per_step=1.0,
                    backward_comm_ms=12.0, backward_overlap_ms=3.0, backward_compute_ms=5.0)
     return Evidence(target=TargetInfo(model_file=SCRIPT, mode="train"),
-                    timing=summarize([step_ms] * 20, "perf_counter", 3), ddp=DDPInfo(**{**healthy, **ddp}))
+                    timing=Timing.of_samples([step_ms] * 20, "perf_counter", 3), ddp=DDPInfo(**{**healthy, **ddp}))
 
 
 def _fired(evidence: Evidence) -> dict:

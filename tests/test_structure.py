@@ -203,9 +203,11 @@ def test_severity_is_decided_in_one_place():
     assert importers == set()
 
 
-def test_diff_and_analyze_start_without_torch():
-    """Neither runs a model: reading two reports or a trace must not pay torch's import."""
-    probe = ("import sys, advisor.cli, advisor.commands.diff, advisor.commands.analyze\n"
+def test_diff_analyze_and_the_parents_of_audit_and_run_start_without_torch():
+    """diff and analyze run no model: reading two reports or a trace must not pay torch's import. The parents
+    of audit and run start the child that runs it: their own import of torch (2 s) would come before it."""
+    probe = ("import sys, advisor.cli, advisor.commands.diff, advisor.commands.analyze, advisor.commands.audit\n"
+             "import advisor.commands.run, advisor.commands.ready\n"
              "from advisor.rulekit.engine import RuleConfig\n"
              "RuleConfig.load((), {}, ())\n"
              "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))")

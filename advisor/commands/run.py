@@ -24,6 +24,7 @@ from advisor.evidence import (
     RankSummary,
     RoutingGroup,
     TargetInfo,
+    Timing,
 )
 from advisor.files.session import FileSession
 from advisor.report.assembly import assemble_report
@@ -37,7 +38,6 @@ from advisor.sources import innermost_user_frame
 from advisor.trace.parse import TraceFormatError, parse_trace
 from advisor.trace.ranks import RankTrace, summarize_file
 from advisor.verify.orchestrate import verify_findings
-from advisor.workload.timing import summarize
 
 STEP_KINDS = {OPTIMIZER: "each optimizer step", FORWARD: "each call of the outermost module",
               PROFILER_STEP: "each of the script's own prof.step() calls", MARKER: "each return of --step-marker"}
@@ -216,7 +216,7 @@ def _primary_evidence(run: ScriptRun, options: RunOptions) -> tuple[Evidence, li
             f"the script ran {window['steps_seen']} step(s), not more than the {window['warmup_steps']} warm-up "
             "step(s): nothing was timed; lower --warmup-steps")))
         return evidence, errors, notes
-    evidence.timing = summarize(samples, "perf_counter", window["warmup_steps"])
+    evidence.timing = Timing.of_samples(samples, "perf_counter", window["warmup_steps"])
     if window.get("conditions"):
         evidence.timing.conditions = MeasurementConditions.model_validate(window["conditions"])
     if window["data_wait_ms"] and any(window["data_wait_ms"]):

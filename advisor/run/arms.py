@@ -27,7 +27,6 @@ from advisor.conditions import Watch
 from advisor.files.session import FileSession
 from advisor.rulekit.engine import RuleSet
 from advisor.rulekit.rule import Finding, Verification
-from advisor.run import first_results
 from advisor.run.launch import launch
 from advisor.verify.measure import ABResult, verdict, why_inconclusive
 from advisor.verify.orchestrate import measure_fixes
@@ -179,6 +178,8 @@ class RunVerifier:
         """(a numerics-failed Verification or None, the error fields and a note for the verified one)."""
         if loader_only:
             return None, {"note": "the model step is unchanged, only the loader's settings differ"}
+        from advisor.run import first_results  # torch: imported by the parent only once it verifies
+
         baseline, repeat, candidate = base.results[0], base.results[-1], cand.results[0]
         if baseline is None or candidate is None or repeat is None or len(base.results) < 2:
             return None, {"note": "numerics not checked: the runs recorded no first results"}
@@ -228,6 +229,8 @@ class RunVerifier:
                 return Verification(status="fix-failed" if changed else "skipped",
                                     note="the script did not complete its timed window"
                                          + (" with the fix" if changed else "") + (f": {why}" if why else ""))
+            from advisor.run import first_results
+
             return window, first_results.load(run.folder)
         finally:
             label = ("with " + " + ".join(fix["slug"] for fix in fixes) if fixes

@@ -20,7 +20,8 @@ from torch.utils._pytree import tree_map
 from advisor.rulekit.engine import RuleSet
 from advisor.rulekit.rule import Finding, FixSpec, NotVerifiable, Verification
 from advisor.verify.compiled import WatchedRewrite, eager_random_in_compiled_code
-from advisor.verify.measure import interleave, verdict, why_inconclusive
+from advisor.verify.interleave import interleave
+from advisor.verify.measure import verdict, why_inconclusive
 from advisor.verify.numerics import compare, gradients_after, outputs_after
 from advisor.verify.orchestrate import measure_fixes
 from advisor.verify.plan import MeasuredFixes

@@ -9,7 +9,6 @@ compare: see ``advisor diff``), or until the maximum count or the time budget ru
 
 from __future__ import annotations
 
-import statistics
 import time
 from typing import Any, Callable
 
@@ -17,20 +16,10 @@ import torch
 
 from advisor.conditions import Watch, judge, wait_for_quiet
 from advisor.evidence import Timing
-from advisor.stats import median_half_width, percentile
+from advisor.stats import median_half_width
 
 MIN_SAMPLES_SLOW = 3
 MEDIAN_PRECISION = 0.025  # half-width of the median's ~95% interval, over the median
-
-
-def summarize(samples_ms: list[float], timer: str, warmup: int) -> Timing:
-    mean = statistics.fmean(samples_ms)
-    spread = statistics.pstdev(samples_ms) if len(samples_ms) > 1 else 0.0
-    return Timing(
-        timer=timer, warmup_steps=warmup, samples_ms=samples_ms,
-        median_ms=statistics.median(samples_ms), p25_ms=percentile(samples_ms, 25), p75_ms=percentile(samples_ms, 75),
-        min_ms=min(samples_ms), cv=spread / mean if mean > 0 else 0.0,
-    )
 
 
 def time_steps(
@@ -65,7 +54,7 @@ def time_steps(
                 break
             if len(samples) >= MIN_SAMPLES_SLOW and elapsed >= budget_s:
                 break  # a slow step: a few samples within the budget beat a long wait
-    timing = summarize(samples, timer, warmup)
+    timing = Timing.of_samples(samples, timer, warmup)
     timing.conditions = watch.conditions
     return timing
 
