@@ -127,6 +127,7 @@ def test_the_patched_file_and_the_original_each_run_with_the_flags_their_own_imp
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("train_loop")  # it writes /tmp/train_loop_checkpoint.pt: one run of it at a time
 def test_a_scripts_patch_is_re_run_under_advisor_run_beside_the_original(tmp_path):
     shutil.copy(SAMPLES / "scripts" / "train_loop.py", tmp_path)
     original = (tmp_path / "train_loop.py").read_text()

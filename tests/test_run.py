@@ -24,6 +24,7 @@ def _lines(report, slug: str) -> set[int]:
     return {loc.line for f in report.findings if f.slug == slug for loc in f.locations}
 
 
+@pytest.mark.xdist_group("train_loop")  # it writes /tmp/train_loop_checkpoint.pt: one run of it at a time
 def test_a_training_script_gets_its_findings_at_its_own_lines(tmp_path):
     script = SCRIPTS / "train_loop.py"
     report = _run(script, tmp_path).report
@@ -61,6 +62,7 @@ def test_a_clean_script_is_silent_and_optimizer_internals_are_not_the_users_sync
     assert report.errors == [] and report.findings == []
 
 
+@pytest.mark.xdist_group("train_loop")  # it writes /tmp/train_loop_checkpoint.pt: one run of it at a time
 def test_the_cli_writes_the_reports_named_after_the_script(tmp_path):
     done = subprocess.run([sys.executable, "-m", "advisor", "run", "--out", str(tmp_path), "--quiet", "--no-verify",
                            "--fail-on", "low", "--", sys.executable, str(SCRIPTS / "train_loop.py"), "--epochs", "1"],
@@ -202,6 +204,7 @@ def test_the_scripts_own_profiler_steps_are_its_step_boundaries(tmp_path):
     assert "each of the script's own prof.step() calls" in report.stages[0].note
 
 
+@pytest.mark.xdist_group("train_loop")  # it writes /tmp/train_loop_checkpoint.pt: one run of it at a time
 def test_injectable_fixes_are_verified_by_running_the_script_again(tmp_path):
     # two runs of the script per side per fix, however long they take; the loader's fix is left out here
     report = _run(SCRIPTS / "train_loop.py", tmp_path, verify=True, pairs=2, disabled=("dataloader-workers",)).report
@@ -373,6 +376,7 @@ def test_a_trainer_class_with_callbacks_and_workers_gets_its_findings_at_its_lin
     assert "dataloader-too-many-workers" not in {f.slug for f in enough.findings}
 
 
+@pytest.mark.xdist_group("train_loop")  # it writes /tmp/train_loop_checkpoint.pt: one run of it at a time
 def test_mode_decides_what_a_step_is_when_given(tmp_path):
     report = _run(SCRIPTS / "train_loop.py", tmp_path, "--epochs", "1", mode="inference").report
     assert report.errors == [] and report.target.mode == "inference"
