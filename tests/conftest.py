@@ -37,6 +37,16 @@ def verified_unless_contended(verification) -> bool:
                                                  and bool(judge(verification.conditions)))
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+def pytest_collection_modifyitems(items):
+    """Each test file is one xdist group (its tests share its fixtures, and torchrun's jobs one port), but for
+    a test that names a group of its own: the runs of a script that writes one fixed path (train_loop's
+    checkpoint in /tmp) are one group across files."""
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+
+
 @pytest.fixture
 def machine_rules(monkeypatch):
     """The machine-state rules on, for the test that judges them."""

@@ -10,8 +10,7 @@ from browser import Browser, chromium_path
 
 from conftest import HOSTILE_MODEL, audit, write_model
 
-pytestmark = [pytest.mark.skipif(chromium_path() is None, reason="no chromium here (.ci/run installs it)"),
-              pytest.mark.xdist_group("browser")]  # one browser for the file
+pytestmark = pytest.mark.skipif(chromium_path() is None, reason="no chromium here (.ci/run installs it)")
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 TRACE = ROOT / "tests" / "data" / "evidence" / "host_sync.trace.json.gz"
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("wheel")]  # one wheel built for the file
+pytestmark = pytest.mark.slow
 
 
 def _source_files() -> set[str]:

@@ -14,7 +14,7 @@ from advisor.ready.checks import ReadyOptions
 from conftest import SAMPLES, line_of
 
 READY = SAMPLES / "ready"
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ready")]  # each sample made ready once
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")

@@ -17,8 +17,7 @@ from conftest import SAMPLES, line_of, write_model
 
 SCRIPTS = SAMPLES / "scripts"
 TORCHRUN = shutil.which("torchrun")
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(TORCHRUN is None, reason="torchrun is not on PATH"),
-              pytest.mark.xdist_group("torchrun")]  # one job at a time: the ranks' port
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(TORCHRUN is None, reason="torchrun is not on PATH")]
 
 
 def _job(script, tmp_path, *args, **options):
