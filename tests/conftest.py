@@ -86,8 +86,8 @@ def audit(path: Path, out_dir: Path, progress=lambda text: None, **options) -> A
 @pytest.fixture(scope="session")
 def sample_audit(tmp_path_factory):
     """Audit a bundled sample once per test session: ``sample_audit("host_sync")``. The session's xdist workers
-    share the audits: the first to ask audits (the other waits on the sample's lock) and leaves the result,
-    pickled, for the other to read; test files on either worker ask for the same samples."""
+    share the audits: the first to ask audits (the others wait on the sample's lock) and leaves the result,
+    pickled, for the others to read; test files on every worker ask for the same samples."""
     cache: dict[str, AuditResult] = {}
     shared = _session_folder(tmp_path_factory) / "sample-audits"
     shared.mkdir(exist_ok=True)

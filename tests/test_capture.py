@@ -9,7 +9,9 @@ import torch
 
 from advisor.capture.graph import capture_graph
 from advisor.capture.stages import PROFILE_STEPS
+from advisor.conditions import judge
 from advisor.workload.target import load_target
+from advisor.workload.timing import MIN_SAMPLES_SLOW
 from conftest import SAMPLES, audit, line_of, write_model
 
 GPT_BLOCK = """
@@ -197,7 +199,10 @@ def test_non_contiguous_sample_evidence(sample_audit):
     assert result.report.trace.file == "non_contiguous.trace.json.gz"
     # timing and environment
     timing = ev.timing
-    assert timing.timer == "perf_counter" and timing.count >= 10 and timing.warmup_steps >= 1
+    assert timing.timer == "perf_counter" and timing.warmup_steps >= 1
+    # ten samples, or fewer where the timing's budget ended a slowed run (beside a busy-loop and the suite's
+    # other workers its step took 630 ms, 13 ms quiet): then its conditions say what slowed it
+    assert timing.count >= 10 or (timing.count >= MIN_SAMPLES_SLOW and judge(timing.conditions)), timing
     assert timing.p25_ms <= timing.median_ms <= timing.p75_ms
     env = ev.env
     assert env.torch_version == torch.__version__ and env.cpu_cores_available >= 1
