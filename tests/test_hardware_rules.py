@@ -193,12 +193,10 @@ def test_a_cgroup_quota_is_read_with_its_throttling():
     conditions = MeasurementConditions.model_validate_json(out)
     assert conditions.quota_cores == 0.5 and conditions.throttled_share is not None
     assert conditions.own_cores <= 0.75  # the quota held it near half a core
-    # the group is one scheduling entity: on a machine other jobs fill, it may get less than its quota, and is
-    # then never throttled; that can only be because the others held the CPUs
-    if conditions.own_cores >= 0.45:
-        assert conditions.throttled_share > 0, conditions
-    else:
-        assert conditions.others_cores >= 1.0, conditions
+    # the group is one scheduling entity: on a machine other jobs fill, it may get no more than its quota (0.49
+    # of 0.5 core seen beside a busy-loop and the suite's three workers), and is then never throttled; that can
+    # only be because the others held the CPUs
+    assert conditions.throttled_share > 0 or conditions.others_cores >= 1.0, conditions
 
 
 @pytest.mark.slow
