@@ -7,8 +7,9 @@ the user's, and measured there as a fix is: the patched model against the origin
 child (numerics within the rule's tolerance, then interleaved timing and its bootstrap interval), each edit
 alone, through the one orchestration. The patched copy is audited again to check the findings are gone, and
 the held edits are measured together. An edit that breaks numerics, does not hold a gain, or leaves its
-finding in place with no gain verified is dropped, with the reason; the rest is the patch
-(``reports/<stem>.patch``, ``git apply``-able from ``root``).
+finding in place with no gain verified is dropped, with the reason (a loss measured under contention is no
+reason: it may be the machine's); the rest is the patch (``reports/<stem>.patch``, ``git apply``-able from
+``root``).
 """
 
 from __future__ import annotations
@@ -25,12 +26,13 @@ from advisor.files.session import FileSession
 from advisor.fix.patch_plan import PatchPlan, plan_patch
 from advisor.report.schema import Report
 from advisor.rulekit.engine import RuleConfig
-from advisor.rulekit.rule import Finding, Verification
+from advisor.rulekit.rule import Finding, SourceEdit, Verification
 from advisor.sandbox.supervisor import run_capture
-from advisor.verify.orchestrate import measure_fixes
+from advisor.verify.orchestrate import contended_loss, measure_fixes
 from advisor.verify.stage import VERIFY_PATCH
 
 # what a measurement leaves in the patch: all but an edit that breaks numerics, fails to run or is measured slower
+# (on a machine that was quiet while it was measured)
 HELD = ("verified", "no-gain", "inconclusive", "not-verifiable-here", "skipped")
 SKIPPED_DIRS = {".git", "__pycache__", "reports", ".venv", "venv", "node_modules", ".mypy_cache", ".pytest_cache"}
 
@@ -130,22 +132,15 @@ def _reaudit(plan: PatchPlan, findings: list[Finding], workload, device: str, op
     together (returned: the whole patch's measurement)."""
     files = FileSession.start(options.shadow_limit_mb)
     try:
-        measured = measure_fixes(
+        fixes = measure_fixes(
             findings, lambda chosen, seconds: _measure(plan, chosen, seconds, workload, device, rules, files),
             None if options.pairs else options.budget, lambda: 5.0, device=options.device, progress=progress)
     finally:
         files.close()
+    results = fixes.results
     for finding in findings:
-        edit = plan.edits[finding.id]
-        edit.verification = measured.results.get(finding.id)
-        if edit.verification is not None and edit.verification.status not in HELD:
-            edit.status, edit.reason = "dropped", _why_dropped(edit.verification)
-        elif (edit.verification is not None and finding.verification is not None
-              and finding.verification.status == "verified" and edit.verification.status == "no-gain"):
-            edit.status, edit.reason = "dropped", (  # --from an audit that measured the fix: the edit must hold it
-                f"the audit measured the fix {_speedup(finding.verification)}; the patched source "
-                f"{_speedup(edit.verification)}, no gain")
-    verified = {f.id for f in findings if measured.results.get(f.id) and measured.results[f.id].status == "verified"}
+        _hold_or_drop(plan.edits[finding.id], finding, results.get(finding.id))
+    verified = {f.id for f in findings if results.get(f.id) and results[f.id].status == "verified"}
     if plan.patched:
         with _patched_copy(plan, plan.patched, workload.entry) as patched:
             progress("auditing the patched source")
@@ -161,8 +156,8 @@ def _reaudit(plan: PatchPlan, findings: list[Finding], workload, device: str, op
                                                        f"({remaining[finding.slug].message}), and no gain was verified")
     held = plan.patched
     whole = plan.edits[held[0]].verification if len(held) == 1 else None
-    if measured.combined is not None and verified == set(held):
-        whole = measured.combined
+    if fixes.combined is not None and verified == set(held):
+        whole = fixes.combined
     elif len(held) > 1:  # the patch as handed over: every held edit, verified or not
         files = FileSession.start(options.shadow_limit_mb)
         try:
@@ -171,6 +166,23 @@ def _reaudit(plan: PatchPlan, findings: list[Finding], workload, device: str, op
         finally:
             files.close()
     return whole
+
+
+def _hold_or_drop(edit: SourceEdit, finding: Finding, measured: Verification | None) -> None:
+    """The edit keeps its place in the patch or is dropped, with the reason, by what its patched source measured."""
+    edit.verification = measured
+    if measured is None:
+        return
+    if busy := contended_loss(measured):  # as the audit does not demote such a fix, the patch keeps it
+        edit.reason = (f"the patched source measured {measured.status} {_speedup(measured)} under contention "
+                       f"({'; '.join(busy)}): kept, as the machine, not the edit, may have decided it")
+    elif measured.status not in HELD:
+        edit.status, edit.reason = "dropped", _why_dropped(measured)
+    elif (finding.verification is not None and finding.verification.status == "verified"
+          and measured.status == "no-gain"):
+        edit.status, edit.reason = "dropped", (  # --from an audit that measured the fix: the edit must hold it
+            f"the audit measured the fix {_speedup(finding.verification)}; the patched source "
+            f"{_speedup(measured)}, no gain")
 
 
 def _measure(plan: PatchPlan, chosen: list[Finding], seconds: float, workload, device: str, rules: RuleConfig,

@@ -73,13 +73,19 @@ def demote_unhelpful(report: Report) -> None:
         v = finding.verification
         if v is None or v.status not in ("no-gain", "slower") or v.speedup is None:
             continue
-        if busy := judge(v.conditions):  # the machine, not the fix, may have decided it: kept as it was
+        if busy := contended_loss(v):  # the machine, not the fix, may have decided it: kept as it was
             finding.unreliable = "; ".join(part for part in (
                 finding.unreliable, f"its fix measured {v.status} under contention ({'; '.join(busy)}), so it "
                                     "was not demoted") if part)
             continue
         severity.demote(finding)
     report.findings.sort(key=lambda f: (bool(f.demoted),))  # stable: the ranking otherwise stays
+
+
+def contended_loss(verification: Verification) -> list[str]:
+    """Why the no gain or loss a fix measured may be the machine's (``conditions.judge``); empty: it is the
+    fix's own (or it measured no loss)."""
+    return judge(verification.conditions) if verification.status in ("no-gain", "slower") else []
 
 
 def measure_fixes(findings: list[Finding], measure_set: Callable[[list[Finding], float], Verification],
