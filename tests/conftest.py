@@ -26,6 +26,16 @@ os.environ["ADVISOR_DISABLE"] = MACHINE_STATE_RULES
 # Nor do they wait for a busy machine to be quiet before timing again (it may be busy all along: every audit would
 # wait its 15 s); tests/test_hardware_rules.py tests the wait.
 os.environ["ADVISOR_WAIT_FOR_QUIET"] = "0"
+# Nor do the xdist workers oversubscribe the machine (the mistake cpu-threads reports): each worker's processes
+# get their share of the cores as intra-op threads. With more threads than cores, each of a step's parallel
+# regions waits for a thread another worker's process holds descheduled: beside a busy-loop, recurrent_cell's
+# audit took 44 s with two threads, 9 s with one (quiet: 9 s with two). What the tests check is what advisor
+# finds and where; the threads a model runs with are its own where it sets them (oversubscribed_threads).
+THREADS_ENV, SUITE_THREADS_ENV = "OMP_NUM_THREADS", "ADVISOR_SUITE_THREADS"
+if os.environ.get(THREADS_ENV) in (None, os.environ.get(SUITE_THREADS_ENV)):  # unless the caller chose
+    # xdist's controller set both before it started its workers; each worker sizes its own share
+    _share = str(max(1, len(os.sched_getaffinity(0)) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))))
+    os.environ[THREADS_ENV] = os.environ[SUITE_THREADS_ENV] = _share
 
 
 def verified_unless_contended(verification) -> bool:

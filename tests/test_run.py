@@ -339,11 +339,8 @@ def _library_lines(report) -> list[str]:
             if loc.file and is_library_path(loc.file)]
 
 
-def test_a_gpt_trainer_with_long_accumulation_and_an_evaluation_first_is_read_as_training(tmp_path, monkeypatch):
+def test_a_gpt_trainer_with_long_accumulation_and_an_evaluation_first_is_read_as_training(tmp_path):
     script = SCRIPTS / "gpt_trainer.py"  # 40 micro-steps per optimizer step; 2 x 5 evaluation forwards first
-    # What a step is, not how fast: one intra-op thread. With two, each of its thousands of tiny ops waits for the
-    # core another test (an xdist worker) holds, and the run took 85 s instead of 9.
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
     # a step count, not a time budget: 40 micro-steps a step took 19 s beside a busy-loop, past the default 300 s
     report = _run(script, tmp_path / "out", f"--data_dir={tmp_path / 'data'}", warmup_steps=2, steps=4,
                   profile_steps=2, timeout=3600).report
