@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import subprocess
 import sys
@@ -18,6 +19,12 @@ def _package_files() -> list[Path]:
     return sorted([*(ROOT / "advisor").rglob("*.py"), *(ROOT / "rules").glob("*.py")])
 
 
+@functools.lru_cache(maxsize=None)
+def _tree(path: Path) -> ast.Module:
+    """A file's syntax tree, parsed once for all the tests here (each walks every file)."""
+    return ast.parse(path.read_text(encoding="utf-8"))
+
+
 def _module_name(path: Path) -> str:
     relative = path.relative_to(ROOT).with_suffix("")
     parts = list(relative.parts)
@@ -30,7 +37,7 @@ def _module_name(path: Path) -> str:
 
 def _runtime_imports(path: Path) -> set[str]:
     """advisor modules this file imports when it runs (``if TYPE_CHECKING:`` blocks excluded)."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = _tree(path)
     skipped = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
                for n in ast.walk(node)}
     found = set()
@@ -45,7 +52,8 @@ def _runtime_imports(path: Path) -> set[str]:
     return found
 
 
-def _import_graph() -> nx.DiGraph:
+@functools.lru_cache(maxsize=None)
+def _import_graph() -> nx.DiGraph:  # shared: the tests only read it
     modules = {_module_name(p): p for p in _package_files()}
     graph = nx.DiGraph()
     for name, path in modules.items():
@@ -122,7 +130,7 @@ def _room(module: str) -> str:
 def _every_import(path: Path) -> set[str]:
     """advisor modules this file names in any import: at the top, in a function, under TYPE_CHECKING."""
     found = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(_tree(path)):
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and node.module.startswith("advisor"):
             found.add(node.module)
         elif isinstance(node, ast.Import):
@@ -157,7 +165,7 @@ def _defined_in(predicate) -> set[str]:
     """Files (relative) holding a node the predicate accepts."""
     found = set()
     for path in _package_files():
-        if any(predicate(node) for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))):
+        if any(predicate(node) for node in ast.walk(_tree(path))):
             found.add(str(path.relative_to(ROOT)))
     return found
 
