@@ -37,15 +37,11 @@ def test_the_ddp_mistakes_and_the_slow_rank_are_found_at_the_scripts_lines(tmp_p
     report = _job(script, tmp_path)
     assert report.errors == [] and [r.rank for r in report.ranks] == [0, 1]
     found = {f.slug: f for f in report.findings}
-    assert {"no-sync-accumulation", "find-unused-parameters", "ddp-buckets", "straggler"} <= set(found), set(found)
+    assert {"no-sync-accumulation", "find-unused-parameters", "ddp-buckets"} <= set(found), set(found)
     assert {loc.line for loc in found["find-unused-parameters"].locations} == {line_of(script, "UNUSED PARAMETERS LINE")}
     assert {loc.line for loc in found["ddp-buckets"].locations} == {line_of(script, "UNUSED PARAMETERS LINE")}
     assert found["no-sync-accumulation"].evidence["micro_steps"] == 4
     assert found["no-sync-accumulation"].locations[0].line == line_of(script, "MICRO STEP LINE") - 1  # model(x)
-    assert found["straggler"].evidence["straggler"] == "rank 1" and "slow in" in found["straggler"].message
-    slow_line = line_of(script, "SLOW RANK LINE")  # its sleep, between the torch calls of two other lines
-    assert f"lines {slow_line - 1}-{slow_line}" in found["straggler"].message
-    assert [loc.line for loc in found["straggler"].locations] == [slow_line - 1]
     assert "comm-overlap" in found and found["comm-overlap"].evidence["measured_on"] == "gloo ranges and CPU ops"
     ranks = tmp_path / "ddp_train.ranks"
     assert sorted(os.listdir(ranks)) == ["evidence", "rank0.trace.json.gz", "rank1.trace.json.gz"]
@@ -53,6 +49,16 @@ def test_the_ddp_mistakes_and_the_slow_rank_are_found_at_the_scripts_lines(tmp_p
     assert recorded["ddp"]["find_unused_parameters"] is True and len(recorded["window"]["samples_ms"]) == 20
     slow = next(r for r in report.ranks if r.rank == 1)
     assert slow.compute_ms is not None and "rank spread" in report.stages[0].note
+    # rank 1's 12 ms a batch is its lateness: beside a busy-loop and other tests' jobs each rank's step swung by
+    # 100 ms and that lateness was not clear. Found, or silent saying the machine was busy
+    if "straggler" not in found:
+        [run] = [r for r in report.rules if r.slug == "straggler"]
+        assert report.quality.state == "contended" and run.status == "silent" and run.unreliable, (run, report.quality)
+        return
+    assert found["straggler"].evidence["straggler"] == "rank 1" and "slow in" in found["straggler"].message
+    slow_line = line_of(script, "SLOW RANK LINE")  # its sleep, between the torch calls of two other lines
+    assert f"lines {slow_line - 1}-{slow_line}" in found["straggler"].message
+    assert [loc.line for loc in found["straggler"].locations] == [slow_line - 1]
     # the rank folders were written by separate processes; the offline analysis merges them and agrees
     done = subprocess.run([sys.executable, "-m", "advisor", "analyze", str(ranks), "--out", str(tmp_path / "offline"),
                            "--format", "json"], capture_output=True, text=True, timeout=120)
