@@ -33,8 +33,15 @@ def median_half_width(samples: Sequence[float]) -> float:
     if len(samples) < 4:
         return float("inf")
     median = statistics.median(samples)
-    spread = percentile(samples, 75) - percentile(samples, 25)
-    return 1.57 * spread / len(samples) ** 0.5 / median if median > 0 else float("inf")
+    return median_uncertainty(samples) / median if median > 0 else float("inf")
+
+
+def median_uncertainty(samples: Sequence[float]) -> float:
+    """The median's ~95% interval half-width in the samples' unit (1.57 IQR / sqrt(n)), for a median that may
+    lie near zero or below it (a lateness); fewer than four samples have no quartiles, so their whole range."""
+    if len(samples) < 4:
+        return max(samples) - min(samples) if samples else 0.0
+    return 1.57 * (percentile(samples, 75) - percentile(samples, 25)) / len(samples) ** 0.5
 
 
 def bootstrap(estimate: Callable[[random.Random], float], resamples: int = RESAMPLES,

@@ -73,6 +73,45 @@ def test_the_straggler_says_what_its_rank_is_slow_in():
     assert _slow_in(evidence, 0, STRAGGLER) == ""
 
 
+def _ranks(late_us: float, step_us: float = 80_000.0) -> Evidence:
+    """Two ranks' collective launches over 3 steps of 4 collectives; rank 1's come ``late_us`` later, give or
+    take 100 µs."""
+    def offsets(late, jitter):
+        return {(step, k): 1000.0 * (k + 1) + late + jitter * ((step + k) % 3 - 1) for step in range(3) for k in range(4)}
+    evidence = _evidence(step_ms=step_us / 1000)
+    evidence.ranks = [RankTrace(path="r0", distributed_info={"rank": 0}, mean_step_us=step_us, collective_offsets=offsets(0, 0)),
+                      RankTrace(path="r1", distributed_info={"rank": 1}, mean_step_us=step_us,
+                                collective_offsets=offsets(late_us, 100.0))]
+    return evidence
+
+
+def test_the_straggler_reports_its_lateness_against_its_bar_fired_or_silent():
+    runs = []
+    findings, _ = run_rules(RULES, _ranks(5000), runs=runs)
+    [late] = [f for f in findings if f.slug == "straggler"]
+    bar_ms = max(STRAGGLER.min_late_ms, STRAGGLER.min_late_share * 80)  # the larger of the two bars: 1.6 ms here
+    assert late.evidence["straggler"] == "rank 1" and late.margin.value == 5.0 and late.margin.threshold == bar_ms
+    assert 0 < late.margin.noise < 0.2 and not late.margin.borderline  # 100 µs of jitter over 12 collectives
+    runs = []
+    findings, _ = run_rules(RULES, _ranks(1550), runs=runs)
+    [silent] = [r for r in runs if r.slug == "straggler"]
+    assert "straggler" not in {f.slug for f in findings} and silent.status == "silent"
+    assert silent.margin.value == 1.55 and silent.margin.threshold == bar_ms and silent.margin.borderline  # within its noise
+
+
+def test_a_silent_straggler_on_a_contended_machine_says_its_verdict_is_unreliable():
+    from advisor.report.quality import mark_unreliable
+    from advisor.report.schema import MeasurementQuality, Report
+
+    runs = []
+    run_rules(RULES, _ranks(200), runs=runs)
+    report = Report(target=TargetInfo(model_file=SCRIPT), rules=runs,
+                    quality=MeasurementQuality(state="contended", reasons=["another job held CPU 0"]))
+    mark_unreliable(report, hardware_rules=set())
+    [silent] = [r for r in report.rules if r.slug == "straggler"]
+    assert silent.status == "silent" and silent.unreliable == "measured while another job held CPU 0"
+
+
 def test_exposed_gloo_communication_is_read_from_a_real_ranks_trace():
     recorded = saved_evidence("ddp_train", DDP_DIR)  # rank 0 of samples/scripts/ddp_train.py, 2 gloo ranks
     fired = _fired(recorded)
