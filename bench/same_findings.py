@@ -82,7 +82,10 @@ def analyzed(checkout: Checkout, scratch: str) -> dict:
 
 def _report(out: str) -> dict | None:
     reports = glob.glob(os.path.join(out, "*.json"))
-    return json.load(open(reports[0], encoding="utf-8")) if reports else None
+    if not reports:
+        return None
+    with open(reports[0], encoding="utf-8") as handle:
+        return json.load(handle)
 
 
 def compare_replayed(before: dict, after: dict, label: str) -> int:
