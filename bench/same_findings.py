@@ -13,6 +13,9 @@ either side between two runs of one revision, so ``--repeats N`` runs each sampl
 with each revision and prints what every run gave: a difference that both revisions give is a measurement.
 
 Each revision is checked out into a temporary worktree and run from it (``PYTHONPATH``), without installing it.
+Findings are paired by rule and places (file name and line), not by ``advisor diff``'s finding ids: the ids
+are the engine's and may change between the revisions compared (they did within the restructuring).
+Exit 1 also when a live run gave no report.
 
     python bench/same_findings.py BASE [HEAD] [--live] [--repeats 3] [--only 'audit/kernel*,run/*']
 """
@@ -148,10 +151,10 @@ def outcome(checkout: Checkout, args: list[str], out: str) -> tuple[dict, dict]:
     margin (what decided it against its threshold), where the report gives one."""
     options = ["--out", out, "--format", "json", "--quiet"] + (["--fail-on", "info"] if args[0] != "ready" else [])
     command = args[:1] + options + args[1:] if args[0] == "run" else args + options
-    checkout.run("-m", "advisor", *command)
+    done = checkout.run("-m", "advisor", *command)
     report = _report(out)
     if report is None:
-        return {"no report": True}, {}
+        return {"no report": (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1][:300]}, {}
     found = {f"{f['slug']} at {sorted((os.path.basename(p.get('file') or ''), p.get('line')) for p in f['locations'])}":
              f["severity"] for f in report.get("findings", [])}
     for check in ((report.get("readiness") or {}).get("checks") or []):
@@ -167,14 +170,21 @@ def _margin(margins: dict, key: str) -> str:
     return f" ({margin['quantity']} {margin['value']:.3g} against {margin['threshold']:.3g})" if margin else ""
 
 
-def compare_live(first: Checkout, second: Checkout, scratch: str, repeats: int, only: str) -> None:
+def compare_live(first: Checkout, second: Checkout, scratch: str, repeats: int, only: str) -> int:
+    """Print what differs; the number of samples that gave no report (a failure, not a difference)."""
     differing = []
     cases = live_cases(first, second, only)
+    failed = 0
     for name, args in cases:
         runs = [outcome(c, args, os.path.join(scratch, f"live-{c.revision}")) for c in (first, second)]
-        if runs[0][0] != runs[1][0]:
+        if any("no report" in found for found, _ in runs):  # a run that failed in both is no sameness
+            failed += 1
+            print(f"  {name}: no report: " + " | ".join(f"{c.revision}: {found.get('no report', 'ran')}"
+                                                        for c, (found, _) in zip((first, second), runs)))
+        elif runs[0][0] != runs[1][0]:
             differing.append((name, args, runs))
-    print(f"live: {len(cases)} samples, {len(cases) - len(differing)} the same, {len(differing)} different")
+    print(f"live: {len(cases)} samples, {len(cases) - len(differing) - failed} the same, {len(differing)} "
+          f"different, {failed} without a report")
     for name, args, ((old, old_margins), (new, new_margins)) in differing:
         keys = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
         print(f"  {name}:")
@@ -185,6 +195,7 @@ def compare_live(first: Checkout, second: Checkout, scratch: str, repeats: int, 
             print("    again: " + " | ".join(
                 f"{c.revision}: " + ", ".join(f"{run.get(k)}{_margin(margins, k)}" for k in keys)
                 for c, (run, margins) in zip((first, second), again)))
+    return failed
 
 
 def main() -> None:
@@ -204,7 +215,7 @@ def main() -> None:
         if os.path.isdir(SHARED_TRACES):
             differing += compare_replayed(*(analyzed(c, scratch) for c in checkouts), "analyze")
         if args.live:
-            compare_live(*checkouts, scratch, args.repeats, args.only)
+            differing += compare_live(*checkouts, scratch, args.repeats, args.only)
     finally:
         for checkout in checkouts:
             checkout.remove()
