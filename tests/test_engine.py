@@ -157,13 +157,14 @@ def test_cli_rules_list_explain_disable_and_extra_folder(tmp_path):
 
 def test_a_checkout_run_without_its_install_says_so_instead_of_crashing(tmp_path):
     # advisor's package found on the path while its rule pack (rules/, mapped in by the install) is not: the
-    # site folder is added by hand, without its .pth files, so the editable install's finder is not there
-    import sysconfig
-
+    # site folders are added by hand, without their .pth files, so the editable install's finder is not there.
+    # Every site folder this interpreter reads: its dependencies may sit beside a venv (system site packages)
+    # or in the user's site, not in its own purelib.
     import advisor
 
+    sites = [path for path in sys.path if os.path.basename(path) in ("site-packages", "dist-packages")]
     (tmp_path / "advisor").symlink_to(os.path.dirname(advisor.__file__), target_is_directory=True)
-    program = (f"import sys; sys.path[:0] = [{str(tmp_path)!r}, {sysconfig.get_paths()['purelib']!r}]; "
+    program = (f"import sys; sys.path[:0] = {[str(tmp_path), *sites]!r}; "
                f"sys.argv = ['advisor', 'audit', {str(SAMPLES / 'host_sync.py')!r}, '--no-verify', "
                f"'--out', {str(tmp_path / 'out')!r}]; from advisor.cli import main; main()")
     done = subprocess.run([sys.executable, "-S", "-c", program], capture_output=True, text=True, timeout=120)
