@@ -72,6 +72,14 @@ class Margin(Record):
         return abs(self.value - self.threshold) <= self.noise
 
 
+class StepReading(Record):
+    """What one step of an audited script contained, observed (the last whole warm-up step), and what ended it."""
+
+    summary: str = Field(description="the step's calls in words: forwards, backwards, parameter updates, zero_grad")
+    recognised_by: str = Field(description="what ended each step, and why that was chosen")
+    counts: dict[str, Any] = Field(default_factory=dict, description="the counts the summary is made of")
+
+
 class TargetInfo(Record):
     model_file: str
     model_class: str = ""
@@ -93,6 +101,7 @@ class TargetInfo(Record):
                                                                     "line is the user's (not a library's loop)")
     module_types: dict[str, int] = Field(default_factory=dict, description="module class -> count in the model")
     optimizer_param_tensors: int = Field(default=0, description="parameter tensors the optimizer updates")
+    step: StepReading | None = Field(default=None, description="what one step contained (advisor run)")
 
 
 class Environment(Record):

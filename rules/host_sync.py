@@ -17,8 +17,8 @@ Why it matters:
     the launch queue: the GPU idles while the host waits, then the host launches into an empty
     queue. One sync per step costs little; one per layer, expert or loop iteration serializes
     the whole step. Syncs also break ``torch.compile`` graphs. On a CPU-only run the cost is
-    small (there is no queue to drain), so CPU audits report these at lower severity: they
-    bite when the same code runs on a GPU.
+    small (there is no queue to drain), so CPU audits report these as LOW at most, saying what
+    they would cost on a GPU: they bite when the same code runs there.
 
 How to fix:
     Keep values on the device and decide on the device: ``torch.where(cond, a, b)`` instead of
@@ -149,8 +149,8 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     if ev.on_cuda:
         many = has_steps and total_per_step >= th.high_per_step
         severity = Severity.HIGH if (many or in_loop) else Severity.MEDIUM
-    else:
-        severity = Severity.MEDIUM if in_loop else Severity.LOW
+    else:  # no launch queue to drain on a CPU: the cost is the GPU's, said in the message
+        severity = Severity.LOW
     kinds = sorted({k for s in reported for k in s.kinds})
     worst = reported[0]
     worst_label = ", ".join(sorted(worst.apis)) or LABELS[sorted(worst.kinds)[0]]
@@ -161,7 +161,8 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     if in_loop:
         message += f"; {len(in_loop)} line(s) sync more than once per step (a loop)"
     if not ev.on_cuda:
-        message += ". On this CPU run they cost little; on a GPU each one stalls the launch queue"
+        message += (". On this CPU run they cost little; on a GPU each one stalls the launch queue"
+                    + (" (once per loop iteration where a line syncs in a loop)" if in_loop else ""))
     impact = blocked_ms / step_ms if (ev.on_cuda and step_ms) else None
     yield Finding(
         severity=severity,

@@ -248,7 +248,7 @@ def test_several_optimizers_make_one_step_per_iteration(tmp_path):
     report = _run(SCRIPTS / "gan_train.py", tmp_path, "--iterations", "30").report
     assert report.errors == [] and report.findings == []  # a clean script
     assert "ended after 30 step(s)" in report.stages[0].note  # 30 iterations, not 60 optimizer steps
-    assert "steps least often (of the script's 2)" in report.stages[0].note
+    assert "the one stepping least often of the script's 2 optimizers" in report.stages[0].note
     # the model is one of the two (the optimizer's); its forward's matmuls, on a copy, times 3 for a training step
     assert report.target.param_count in (99_456, 66_561)
     forward = 2 * 128 * (64 * 512 + 512 * 128) if report.target.param_count == 99_456 else 2 * 128 * (128 * 512 + 512)
@@ -346,8 +346,9 @@ def test_a_gpt_trainer_with_long_accumulation_and_an_evaluation_first_is_read_as
                   profile_steps=2, timeout=3600).report
     assert report.errors == [] and report.target.mode == "train" and report.target.optimizer == "AdamW"
     assert report.target.model_class == "GPT" and len(report.timing.samples_ms) == 4
-    assert "a step ended at each optimizer step" in report.stages[0].note
-    assert "held an evaluation pass" in report.stages[0].note  # the first step evaluated: not timed
+    assert "a step ended at each step of AdamW" in report.stages[0].note
+    # the first step evaluated (eval mode, then train mode again): timed from its return to train mode
+    assert "timed from its return to train mode" in report.stages[0].note
     fired = {f.slug for f in report.findings}
     assert "train-mode-inference" not in fired and "host-sync" in fired
     assert _lines(report, "host-sync") == {line_of(script, "ITEM LINE")}  # the log line; never the memmap slicing
@@ -377,7 +378,7 @@ def test_a_trainer_class_with_callbacks_and_workers_gets_its_findings_at_its_lin
 def test_mode_decides_what_a_step_is_when_given(tmp_path):
     report = _run(SCRIPTS / "train_loop.py", tmp_path, "--epochs", "1", mode="inference").report
     assert report.errors == [] and report.target.mode == "inference"
-    assert "a step ended at each call of the outermost module" in report.stages[0].note
+    assert "a step ended at each call of" in report.stages[0].note and "(--mode inference)" in report.stages[0].note
 
 
 def test_a_step_marker_that_matches_nothing_says_what_it_saw_and_stops(tmp_path):

@@ -23,6 +23,7 @@ from advisor.evidence import (
     MeasurementConditions,
     RankSummary,
     RoutingGroup,
+    StepReading,
     TargetInfo,
     Timing,
 )
@@ -32,14 +33,14 @@ from advisor.report.gathered import Gathered
 from advisor.report.schema import ModelOutput, StageRecord, VerificationSettings
 from advisor.rulekit.engine import RuleConfig
 from advisor.run.arms import RunVerifier
-from advisor.run.kinds import FORWARD, MARKER, OPTIMIZER, PROFILER_STEP
+from advisor.run.kinds import BACKWARD, FORWARD, MARKER, OPTIMIZER, PROFILER_STEP
 from advisor.run.launch import ScriptRun, discard, launch
 from advisor.sources import innermost_user_frame
 from advisor.trace.parse import TraceFormatError, parse_trace
 from advisor.trace.ranks import RankTrace, summarize_file
 from advisor.verify.orchestrate import verify_findings
 
-STEP_KINDS = {OPTIMIZER: "each optimizer step", FORWARD: "each call of the outermost module",
+STEP_KINDS = {OPTIMIZER: "each optimizer step", FORWARD: "each call of the model", BACKWARD: "each backward",
               PROFILER_STEP: "each of the script's own prof.step() calls", MARKER: "each return of --step-marker"}
 
 
@@ -192,11 +193,18 @@ def _primary_evidence(run: ScriptRun, options: RunOptions) -> tuple[Evidence, li
             errors.append(_script_error(run, options, "the script ended before its first step"))
         return evidence, errors, notes
     samples = window["samples_ms"]
-    if window["kind"] == OPTIMIZER and window.get("optimizers", 1) > 1:
+    if window.get("step"):
+        evidence.target.step = StepReading.model_validate(window["step"])
+        notes.append(f"a step ended at {evidence.target.step.recognised_by}; one step held "
+                     f"{evidence.target.step.summary}")
+    elif window["kind"] == OPTIMIZER and window.get("optimizers", 1) > 1:
         notes.append(f"a step ended at each step of the optimizer that steps least often (of the script's "
                      f"{window['optimizers']}): one whole iteration")
     else:
         notes.append("a step ended at " + STEP_KINDS.get(window["kind"], str(window["kind"])))
+    if window.get("restarts_after_evaluation"):
+        notes.append(f"the script evaluated inside {window['restarts_after_evaluation']} step(s) (eval mode, then "
+                     "train mode again): each such step was timed from its return to train mode")
     if window.get("evaluations"):
         notes.append(f"{window['evaluations']} step(s) held an evaluation pass (the model switched to eval mode) and "
                      "were not timed")

@@ -19,7 +19,7 @@ from typing import Iterable
 from advisor.evidence import Evidence, Margin
 from advisor.rulekit import severity
 from advisor.rulekit.needs import missing
-from advisor.rulekit.rule import Finding, Layer, Rule, RuleRun, Severity, Thresholds
+from advisor.rulekit.rule import Clean, Finding, Layer, Rule, RuleRun, Severity, Thresholds
 from advisor.rulekit.thresholds import SettingError, setting_value
 from advisor.sources import is_library_path
 from advisor.trace.gc_pause import gc_paused
@@ -213,8 +213,10 @@ def run_rules(
                 continue
             margins = [item for item in produced if isinstance(item, Margin)]
             mine = [item for item in produced if isinstance(item, Finding)]
+            cleans = [item.why for item in produced if isinstance(item, Clean)]
             findings += [_stamped(rule, finding, thresholds, scale, margins[-1] if margins else None) for finding in mine]
             runs.append(RuleRun(slug=rule.slug, status="fired" if mine else "silent",
+                                why="" if mine or not cleans else cleans[-1],
                                 margin=margins[-1] if margins else next((f.margin for f in mine if f.margin), None)))
     findings.sort(key=_order)
     assign_ids(findings)

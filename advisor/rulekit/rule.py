@@ -32,8 +32,15 @@ from advisor.rulekit.needs import NEEDS, unknown
 from advisor.rulekit.severity import Severity
 from advisor.rulekit.thresholds import Threshold, Thresholds
 
-__all__ = ["Finding", "Fix", "Layer", "Location", "Margin", "NotVerifiable", "Rule", "Severity", "Threshold", "Thresholds",
+__all__ = ["Clean", "Finding", "Fix", "Layer", "Location", "Margin", "NotVerifiable", "Rule", "Severity", "Threshold", "Thresholds",
            "RuleRun", "Verification", "rule"]
+
+
+class Clean(Record):
+    """Why a silent rule found nothing where no one value decides it (a ``Margin`` does that): what it looked
+    for is absent ("anomaly detection is off"), or does not apply here ("no GPU in this run")."""
+
+    why: str
 
 
 class Layer(str, enum.Enum):
@@ -275,8 +282,9 @@ def rule(
     ``high_at`` names the threshold on a finding's measured share from which it is HIGH (MEDIUM below);
     the engine decides every finding's severity from these (``advisor.rulekit.severity``). ``needs`` names
     the evidence the rule reads (``advisor.rulekit.needs``); where it is missing the rule is not run and
-    the report says why. A check may yield the Margin it held against its threshold before deciding,
-    so a silent rule still reports how near it came."""
+    the report says why. A check yields the Margin it held against its threshold before deciding, so a
+    silent rule still reports how near it came; where no one value decides, a silent rule yields a
+    ``Clean`` saying what it found absent or why it did not apply."""
 
     def register(check: CheckFn) -> Rule:
         module = sys.modules.get(check.__module__)

@@ -13,15 +13,16 @@ if TYPE_CHECKING:
 
 
 def the_model(window: StepWindow) -> tuple[Any, list[str]]:
-    """The module whose parameters the optimizer updates, else the outermost module called most."""
+    """The module whose parameters the optimizer updates, else the outermost module with parameters called
+    most (a loss function's module is called as often, and has none), the largest of those."""
     if not window.outermost:
         return None, []
     updated = {id(p) for o in window.optimizers.values() for g in o.param_groups for p in g["params"]}
 
     def rank(entry: list) -> tuple:
-        module, calls, _, _ = entry
-        return (sum(1 for p in module.parameters() if id(p) in updated), calls)
-    module, _, inputs, _ = max(window.outermost.values(), key=rank)
+        module, calls, _, _, size = entry
+        return (sum(1 for p in module.parameters() if id(p) in updated), size > 0, calls, size)
+    module, _, inputs, _, _ = max(window.outermost.values(), key=rank)
     return module, inputs or []
 
 

@@ -160,8 +160,10 @@ def _wait(child: subprocess.Popen, timeout: float, scratch: str, progress: Calla
                 continue  # being written: read at the next poll
             waiting = ""
             before = f"; the {seen['forwards']} forward(s) before it are not steps" if seen["forwards"] else ""
-            progress(f"the script trains ({seen['reason']}): a step ends at each optimizer step; waiting for the "
-                     f"first (up to --timeout {timeout:g} s){before}")
+            ends = seen.get("ends_at", "each optimizer step")
+            progress(f"the script trains ({seen['reason']}): a step ends at {ends}" + (
+                f"; waiting for the first (up to --timeout {timeout:g} s){before}" if ends == "each optimizer step" else
+                f"{before}"))
 
 
 def _stop_between_steps(child: subprocess.Popen, run: ScriptRun, progress: Callable[[str], None]) -> bool:

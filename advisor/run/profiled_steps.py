@@ -39,7 +39,8 @@ class ProfiledSteps:
             pass
         self.annotator = SourceAnnotator()
         self.annotator.__enter__()
-        self.step_range = record_function("ProfilerStep#0")
+        self.step_name = "ProfilerStep#0"
+        self.step_range = record_function(self.step_name)
         self.step_range.__enter__()
 
     def _next_profiled_step(self, finished: int) -> None:
@@ -47,7 +48,8 @@ class ProfiledSteps:
 
         self.step_range.__exit__(None, None, None)
         if finished < self.profile_steps:
-            self.step_range = record_function(f"ProfilerStep#{finished}")
+            self.step_name = f"ProfilerStep#{finished}"
+            self.step_range = record_function(self.step_name)
             self.step_range.__enter__()
             return
         self.annotator.__exit__(None, None, None)
@@ -57,6 +59,15 @@ class ProfiledSteps:
         export_trace(self.profiler, os.path.join(self.out, "trace.json.gz"))
         self.profiler = None
         self._watch_calls()
+
+    def _restart_profiled_step(self) -> None:
+        """The step's clock started again (after an evaluation pass): its range is entered again under the same
+        name, and the trace's reader keeps the later range of a step named twice."""
+        from torch.profiler import record_function
+
+        self.step_range.__exit__(None, None, None)
+        self.step_range = record_function(self.step_name)
+        self.step_range.__enter__()
 
     def _watch_calls(self) -> None:
         from advisor.capture.calls import CallWatcher

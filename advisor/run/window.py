@@ -2,13 +2,18 @@
 
 A step ends at each optimizer step (torch's global optimizer step post hook; with several
 optimizers, at the steps of the one that steps least often during warm-up, so a step is one
-whole iteration) or, in a script that creates no optimizer (``training_signs.py``), at each call
-of the outermost module's forward. In a script that creates one, forwards are never steps: the
-window waits for the first optimizer step (an evaluation pass or long gradient accumulation
-first), and a step in which the script switched its model to eval mode is not timed. ``--mode``
-decides instead of the signs. After ``warmup`` steps, ``steps`` steps are timed profiler-free,
-then ``profile_steps`` more are profiled (timing and profiling never mixed). The results go to
-the spec's folder; the script is then stopped unless ``full``.
+whole iteration); in a script that creates no optimizer but runs backwards (it updates its
+parameters by hand), at each backward; in a script that does neither (``training_signs.py``), at
+each call of the model: the outermost module with the most parameters (a loss module called beside
+it is not a step). In a script that creates an optimizer, forwards are never steps: the window
+waits for the first optimizer step (an evaluation pass or long gradient accumulation first). An
+evaluation inside a step (the model switched to eval mode) is not the step's: when the script
+switches back to train mode the step's clock (and its profiled range) starts again; a step that
+never switched back is not timed. ``--mode`` decides instead of the signs. What each step
+contained is read during the warm-up (``step_contents.py``) and reported with how it was
+recognised. After ``warmup`` steps, ``steps`` steps are timed profiler-free, then
+``profile_steps`` more are profiled (timing and profiling never mixed). The results go to the
+spec's folder; the script is then stopped unless ``full``.
 
 A verification run (``measure_only``) times the window and nothing else: seeded alike, with the
 audit run's step kind and model given, and the fixes under test injected (``inject.py``); it
@@ -30,7 +35,9 @@ from advisor.files.intercept import suspended
 from advisor.run.failures import distributed, watch_failures
 from advisor.run.kinds import FORWARD, MARKER, OPTIMIZER, PROFILER_STEP, RANK
 from advisor.run.profiled_steps import ProfiledSteps
+from advisor.run.step_contents import StepContents, step_reading
 from advisor.run.stopping import StopRequest
+from advisor.run.training_signs import TrainingSigns
 from advisor.sources import direct_user_caller
 
 ROUTED_BATCHES = 4  # real batches fed again to a copy of the model to count tokens per expert
@@ -52,7 +59,7 @@ def prepare(spec_path: str) -> None:
     when_imported("torch", lambda torch: StepWindow(spec).install())
 
 
-class StepWindow(ProfiledSteps):
+class StepWindow(ProfiledSteps, TrainingSigns):
     def __init__(self, spec: dict):
         self.out = spec["out_dir"]
         self.warmup = int(spec.get("warmup_steps", 3))
@@ -83,6 +90,10 @@ class StepWindow(ProfiledSteps):
         self.mode = spec.get("mode") or ""  # "train" | "inference" as the user said (--mode), else from the signs
         self.trains = self.mode == "train"  # forwards are not steps: an optimizer was created (or --mode train)
         self.backward_seen = False
+        self.optimizer_created = False
+        self.contents = StepContents()
+        self.lead_module: int | None = None  # the model: the outermost module with the most parameters
+        self.restarts_after_evaluation = 0  # steps whose clock started again when the script left eval mode
         self.evaluating = False  # the script called model.eval() in this step (training_signs.py)
         self.evaluations = 0  # steps not timed for it
         self.step_forwards: dict[int, int] = {}  # outermost module -> forwards with grad in this step
@@ -116,6 +127,7 @@ class StepWindow(ProfiledSteps):
 
         register_optimizer_step_post_hook(self._after_optimizer_step)
         watch_training_signs(self)
+        self.contents.install(self._model_parameters)
         watch_loader_sites()
         self.ddp.install()
         original_step = torch.profiler.profile.step
@@ -148,21 +160,15 @@ class StepWindow(ProfiledSteps):
         self.marker_watch = MarkerWatch(self, self.marker)
         self.marker_watch.install(lambda: self.boundary(MARKER))
 
-    def training_seen(self, reason: str) -> None:
-        """A sign of training (training_signs.py): forwards are no longer steps. Forwards counted as steps
-        so far were an evaluation or the micro-steps before the first optimizer step: counting restarts."""
-        if self.trains or self.mode == "inference" or self.done:
-            return
-        self.trains = True
-        if self.kind == FORWARD:
-            self._restart()
-        if not self.optimizer_steps:
-            self.write("waiting.json", {"reason": reason, "forwards": sum(e[1] for e in self.outermost.values())})
+    def _model_parameters(self) -> list:
+        entry = self.outermost.get(self.lead_module) if self.lead_module is not None else None
+        return list(entry[0].parameters()) if entry is not None else []
 
     def _after_optimizer_step(self, optimizer, args, kwargs) -> None:
         if os.getpid() != self.owner:
             return
         key = id(optimizer)
+        self.contents.optimizer_step(optimizer, args, kwargs)
         self.optimizers.setdefault(key, optimizer)
         self.optimizer_steps[key] = self.optimizer_steps.get(key, 0) + 1
         if self.lead is None:
@@ -183,7 +189,9 @@ class StepWindow(ProfiledSteps):
         if self.depth == 0 and os.getpid() == self.owner:
             seen = self.outermost.get(id(module))
             if seen is None:
-                seen = self.outermost[id(module)] = [module, 0, None, direct_user_caller(sys._getframe(1))]
+                seen = self.outermost[id(module)] = [module, 0, None, direct_user_caller(sys._getframe(1)),
+                                                     sum(p.numel() for p in module.parameters())]
+                self._rank_model(id(module))
             seen[1] += 1
             recorded = self.batches.setdefault(id(module), [])
             if len(recorded) < ROUTED_BATCHES and self.count <= self.warmup:
@@ -196,18 +204,32 @@ class StepWindow(ProfiledSteps):
                 seen[2] = [describe(a) for a in args]
         self.depth += 1
 
+    def _rank_model(self, key: int) -> None:
+        """The model is the outermost module with the most parameters; a larger one seen later takes over
+        (and forwards counted as steps so far were another module's)."""
+        size = self.outermost[key][4]
+        lead = self.outermost.get(self.lead_module) if self.lead_module is not None else None
+        if lead is not None and size <= lead[4]:
+            return
+        self.lead_module = key
+        if lead is not None and self.kind == FORWARD and self.profiler is None and self.calls is None:
+            self._restart()
+
     def _leave_forward(self, module, args, output):
         self.depth -= 1
         if self.depth != 0 or os.getpid() != self.owner:
             return
         import torch
 
+        entry = self.outermost.get(id(module))
+        if entry is not None and entry[4]:  # a module with parameters (not a loss function's module)
+            self.contents.forward(type(module).__name__, torch.is_grad_enabled())
         if torch.is_grad_enabled():
             self.step_forwards[id(module)] = self.step_forwards.get(id(module), 0) + 1
         if self.marker_watch is not None and not self.trains and self.marker_watch.own_step():
             stop.stop_now(0, at_boundary=True)  # the marker matched nothing in the warm-up's worth of forwards
-        if self.kind in (None, FORWARD) and not self.trains:
-            self.boundary(FORWARD)  # inference: each outermost forward is a step, until a sign of training
+        if self.kind in (None, FORWARD) and not self.trains and id(module) == self.lead_module:
+            self.boundary(FORWARD)  # inference: each call of the model is a step, until a sign of training
 
     def boundary(self, kind: str) -> None:
         if os.getpid() != self.owner:
@@ -237,16 +259,21 @@ class StepWindow(ProfiledSteps):
             self.forwards_per_step = dict(self.step_forwards)
         self.step_forwards.clear()
         if self.evaluating and kind != FORWARD and self.profiler is None and self.calls is None:
-            self.evaluating = False  # the step held an evaluation pass: not the step, and not timed
+            self.evaluating = False  # the step ended in eval mode: it held an evaluation pass, and is not timed
             self.evaluations += 1
+            self.contents.restart()
             self.waiting, self.last = 0.0, time.perf_counter()
             self.journal_spent = getattr(intercept.LAYER, "spent", 0.0)
             return
         self.evaluating = False
         self.count += 1
+        self.contents.close_step(len(self.optimizers))
         if self.count == self.warmup and kind == OPTIMIZER and self._choose_lead():
             self.count -= 1
+            self.contents.discard_next()  # up to the new lead's next step is part of an iteration, not a whole one
             return
+        if self.count >= self.warmup:
+            self.contents.end_counting()
         if self.count == self.warmup:
             self.ddp.counting = True  # DDP's use is counted over the timed steps
             self.machine.start()  # what else ran on the CPUs while the steps were timed
@@ -289,6 +316,7 @@ class StepWindow(ProfiledSteps):
             self.calls = None
         self.ddp.reset()
         self.count, self.last, self.kind = 0, None, None
+        self.contents.restart()
         self.samples_ms.clear()
         self.data_wait_ms.clear()
 
@@ -314,6 +342,7 @@ class StepWindow(ProfiledSteps):
     def measured(self, stopped: bool, ended_early: bool = False) -> dict:
         self.machine.stop()  # a script that ended within the timed steps: the conditions until then
         return {"kind": self.kind, "steps_seen": self.count, "samples_ms": list(self.samples_ms),
+                "step": step_reading(self), "restarts_after_evaluation": self.restarts_after_evaluation,
                 "data_wait_ms": list(self.data_wait_ms), "stopped": stopped, "ended_early": ended_early,
                 "warmup_steps": self.warmup, "optimizers": len(self.optimizers), "distributed": distributed(),
                 "evaluations": self.evaluations,
@@ -323,6 +352,7 @@ class StepWindow(ProfiledSteps):
         """Write what the window measured (advisor's own files); when ``stopped``, end the process
         here, at a step's end, once the script's writes are whole (``stop.stop_now``)."""
         self.done = True
+        self.contents.end_counting()
         self._drop_forward_hooks()  # the window is over (and Dynamo, capturing the graph, warns about global hooks)
         measured = {**self.measured(stopped, ended_early), "interrupted": interrupted}
         with suspended():

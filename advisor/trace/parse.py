@@ -121,10 +121,17 @@ def _parse(path: str, only_ops: tuple[str, ...] | None = None) -> Trace:
     trace.device_properties = list(stream.members.get("deviceProperties") or [])
     trace.distributed_info = dict(stream.members.get("distributedInfo") or {})
     trace.repaired_lines = stream.repaired_lines
-    trace.steps.sort(key=lambda s: s.ts)
+    trace.steps = _last_of_each_step(trace.steps)
     _nest_host_events(trace, host_events)
     _assign_device_steps(trace)
     return trace
+
+
+def _last_of_each_step(steps: list[Span]) -> list[Span]:
+    """The steps in time order; a step named twice keeps its later range (advisor run enters a step's range
+    again when the script leaves an evaluation pass inside it: the earlier range held the evaluation)."""
+    latest = {step.name: step for step in sorted(steps, key=lambda s: s.ts)}
+    return sorted(latest.values(), key=lambda s: s.ts)
 
 
 # host names handled apart from ops; one startswith() tells the common case from them
