@@ -29,12 +29,13 @@ from typing import Iterator
 from advisor.evidence import Evidence
 from advisor.rulekit.fixing import replace_target
 from advisor.rulekit.patching import removed_call
-from advisor.rulekit.rule import Finding, Fix, Layer, Severity, Thresholds, rule
+from advisor.rulekit.rule import Clean, Finding, Fix, Layer, Severity, Thresholds, rule
 
 
 @rule(slug="anomaly-detection", code="ADV113", layer=Layer.RUNTIME, needs=("env",), severity=Severity.HIGH)
 def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     if ev.env is None or not ev.env.anomaly_detection:
+        yield Clean(why="autograd anomaly detection is off")
         return
     training = ev.target.mode == "train"
     yield Finding(

@@ -38,7 +38,7 @@ from advisor.opnames import CONV_2D_MODULES, CONV_WORK_OPS, REDUCED_DTYPES
 from advisor.rulekit.codemods import NoEdit
 from advisor.rulekit.fixing import replace_target
 from advisor.rulekit.helpers import outermost
-from advisor.rulekit.rule import Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
+from advisor.rulekit.rule import Clean, Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
 
 
 @rule(
@@ -54,6 +54,7 @@ from advisor.rulekit.rule import Finding, Fix, Layer, Location, Severity, Thresh
 )
 def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     if ev.graph is None or ev.trace is None:
+        yield Clean(why="it needs both the graph and the trace")
         return
     nodes = {n.id: n for n in ev.graph.nodes}
     nchw = []
@@ -65,10 +66,12 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
                 and not source.channels_last and source.shape[1] > 1 and source.shape[2] * source.shape[3] > 1:
             nchw.append(node)
     if not nchw:
-        return  # no conv net, or already channels_last
+        yield Clean(why="no 2-D convolution runs on an NCHW tensor (no conv net, or channels_last already)")
+        return
     conv_us = ev.trace.median_per_step(outermost(ev.trace, CONV_WORK_OPS))
     share = ev.share_of_step(conv_us)
     if share is None:
+        yield Clean(why="the step's time is unknown, so the convolutions' share is too")
         return
     margin = ev.share_margin("convolution share of the step", share, th.min_share_cuda if ev.on_cuda else th.min_share)
     yield margin  # how near it came: reported when the rule stays silent too

@@ -34,7 +34,8 @@ from typing import Iterator
 from advisor.evidence import Evidence
 from advisor.rulekit.codemods import NoEdit
 from advisor.rulekit.fixing import silenced, with_switches
-from advisor.rulekit.rule import Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
+from advisor.rulekit.helpers import no_calls
+from advisor.rulekit.rule import Clean, Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
 
 API = "torch.save"
 
@@ -50,6 +51,7 @@ API = "torch.save"
 def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     sites = ev.call_sites(API, runtime=True)
     if not sites:
+        yield Clean(why=no_calls(ev, "torch.save"))
         return
     save_ms = sum(site.ms for site in sites)
     step_ms = ev.step_ms

@@ -34,7 +34,7 @@ from typing import Iterator, Union
 
 from advisor.evidence import Evidence
 from advisor.opnames import is_collective, is_collective_call
-from advisor.rulekit.rule import Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
+from advisor.rulekit.rule import Clean, Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
 from advisor.trace.parse import DeviceEvent, Op, Span, Trace
 
 
@@ -52,10 +52,15 @@ from advisor.trace.parse import DeviceEvent, Op, Span, Trace
 )
 def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     trace = ev.trace
-    if trace is None or not trace.steps or _single_bucket(ev):
+    if trace is None or not trace.steps:
+        yield Clean(why="the trace marks no step to measure communication against")
+        return
+    if _single_bucket(ev):
+        yield Clean(why="DDP sends all gradients in one bucket, after the backward: there is nothing to overlap")
         return
     communication, compute, measured_on = communication_and_compute(trace)
     if not communication:
+        yield Clean(why="no collective communication in the trace (a single process)")
         return
     comm_us = exposed_us = 0.0
     for step in trace.steps:
@@ -64,6 +69,7 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
         exposed_us += exposed
     step_us = sum(s.dur for s in trace.steps)
     share = exposed_us / step_us
+    yield ev.share_margin("exposed communication's share of the step", share, th.min_exposed_share)
     if share < th.min_exposed_share:
         return
     overlapped = 1 - exposed_us / comm_us if comm_us else 0.0

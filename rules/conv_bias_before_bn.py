@@ -30,7 +30,7 @@ from typing import Iterator
 
 from advisor.evidence import Evidence
 from advisor.rulekit.fixing import replace_target
-from advisor.rulekit.rule import Finding, Fix, Layer, Location, Severity, Thresholds, rule
+from advisor.rulekit.rule import Clean, Finding, Fix, Layer, Location, Severity, Thresholds, rule
 
 CONVS = ("Conv1d", "Conv2d", "Conv3d")
 NORMS = ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm")
@@ -39,6 +39,7 @@ NORMS = ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm")
 @rule(slug="conv-bias-before-bn", code="ADV115", layer=Layer.MODEL, needs=("graph",), severity=Severity.LOW)
 def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     if ev.graph is None:
+        yield Clean(why="no graph was captured")
         return
     graph, nodes = ev.graph.digraph, {n.id: n for n in ev.graph.nodes}
     pairs = []
@@ -55,6 +56,8 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
             seen.add((conv.module_path, norm.module_path))
             unique.append((conv, norm))
     if not unique:
+        convs = sum(1 for node in ev.graph.calls() if node.module_type in CONVS)
+        yield Clean(why=f"no convolution with a bias feeds a BatchNorm ({convs} convolution call(s) in the graph)")
         return
     yield Finding(
         message=(f"{len(unique)} convolution(s) with a bias feed straight into BatchNorm, which cancels the bias: "

@@ -38,7 +38,7 @@ from typing import Iterator
 from advisor.evidence import Evidence
 from advisor.rulekit.codemods import NoEdit
 from advisor.rulekit.fixing import with_threads
-from advisor.rulekit.rule import Finding, Fix, Layer, Severity, Threshold, Thresholds, rule
+from advisor.rulekit.rule import Clean, Finding, Fix, Layer, Severity, Threshold, Thresholds, rule
 
 
 @rule(
@@ -55,7 +55,8 @@ from advisor.rulekit.rule import Finding, Fix, Layer, Severity, Threshold, Thres
 def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     env = ev.env
     if env is None or not env.cpu_cores_available or not env.torch_threads:
-        return  # a recorded trace does not say how threads were set
+        yield Clean(why="the run's thread settings were not recorded (a trace recorded elsewhere)")
+        return
     cores, threads = env.cpu_cores_available, env.torch_threads
     omp = int(env.omp_num_threads) if (env.omp_num_threads or "").isdigit() else None
     workers = ev.data.num_workers if ev.data is not None else 0
@@ -67,6 +68,8 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     if not problems and not ev.on_cuda and 0 < workers <= cores and (threads + workers) > th.max_oversubscription * cores:
         problems.append(f"{threads} intra-op threads plus {workers} loader workers compete for {cores} cores")
     if not problems:
+        yield Clean(why=f"{threads} intra-op thread(s) and {workers} loader worker(s) on {cores} usable core(s): "
+                        "no oversubscription")
         return
     suggested = max(1, cores - (workers if not ev.on_cuda and workers else 0))
     yield Finding(

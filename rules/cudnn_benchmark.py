@@ -33,16 +33,20 @@ from typing import Iterator
 from advisor.evidence import Evidence
 from advisor.rulekit.fixing import attribute, with_switches
 from advisor.rulekit.helpers import convolution_sites
-from advisor.rulekit.rule import Finding, Fix, Layer, Location, Severity, Thresholds, rule
+from advisor.rulekit.rule import Clean, Finding, Fix, Layer, Location, Severity, Thresholds, rule
 
 
 @rule(slug="cudnn-benchmark", code="ADV123", layer=Layer.RUNTIME, needs=("cuda", "env"), severity=Severity.MEDIUM)
 def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     env = ev.env
     if not ev.on_cuda or env is None or env.cudnn_benchmark is not False or env.cudnn_enabled is False:
-        return  # CPU audits have no cuDNN; a recorded trace does not say how the flag was set
+        # CPU audits have no cuDNN; a recorded trace does not say how the flag was set
+        yield Clean(why="no CUDA device in this run" if not ev.on_cuda else "the cuDNN flags were not recorded"
+                    if env is None else "cudnn.benchmark is on, or cuDNN is disabled")
+        return
     convs = convolution_sites(ev)
     if not convs:
+        yield Clean(why="the model runs no convolution")
         return
     yield Finding(
         message=(f"torch.backends.cudnn.benchmark is off while the model runs {len(convs)} convolution(s) on "

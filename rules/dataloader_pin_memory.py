@@ -34,7 +34,7 @@ from typing import Iterator
 from advisor.evidence import Evidence
 from advisor.rulekit.fixing import replace_target
 from advisor.rulekit.patching import at_loader_call
-from advisor.rulekit.rule import Finding, Fix, Layer, Severity, Threshold, Thresholds, rule
+from advisor.rulekit.rule import Clean, Finding, Fix, Layer, Margin, Severity, Threshold, Thresholds, rule
 
 DOCS = ["https://pytorch.org/tutorials/intermediate/pinmem_nonblock.html",
         "https://pytorch.org/docs/stable/data.html#memory-pinning"]
@@ -52,6 +52,7 @@ PAGEABLE_TO_DEVICE = "Pageable -> Device"
 def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     data = ev.data
     if data is None or data.pin_memory:
+        yield Clean(why="no data loader was measured" if data is None else "the loader pins its batches already")
         return
     batch_mb = (data.batch_bytes or 0) / 2**20
     location = data.places()
@@ -75,8 +76,9 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
             fix=fix,
         )
         return
-    if batch_mb < th.min_batch_mb:
-        return  # small batches: pinning would not be measurable even on a GPU
+    if batch_mb < th.min_batch_mb:  # small batches: pinning would not be measurable even on a GPU
+        yield Margin(quantity="batch size (MB)", value=round(batch_mb, 4), threshold=th.min_batch_mb, noise=0.0)
+        return
     yield Finding(
         severity=Severity.INFO,
         message=(f"pin_memory=False with {batch_mb:.3g} MB batches: no effect on this CPU-only run, but when "

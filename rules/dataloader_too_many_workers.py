@@ -33,7 +33,7 @@ from typing import Iterator
 from advisor.evidence import Evidence
 from advisor.rulekit.fixing import replace_target
 from advisor.rulekit.patching import at_loader_call
-from advisor.rulekit.rule import Finding, Fix, Layer, Severity, Threshold, Thresholds, rule
+from advisor.rulekit.rule import Clean, Finding, Fix, Layer, Margin, Severity, Threshold, Thresholds, rule
 
 
 @rule(
@@ -47,8 +47,12 @@ from advisor.rulekit.rule import Finding, Fix, Layer, Severity, Threshold, Thres
 def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     data, env = ev.data, ev.env
     if data is None or env is None or not env.cpu_cores_available or not data.num_workers:
+        yield Clean(why="the loader loads in the main process (num_workers=0)" if data is not None and
+                    not data.num_workers else "the loader or the machine's cores were not recorded")
         return
     cores = env.cpu_cores_available
+    yield Margin(quantity="loader workers per usable core", value=round(data.num_workers / cores, 4),
+                 threshold=th.max_workers_per_core, noise=0.0)
     if data.num_workers <= th.max_workers_per_core * cores:
         return
     suggested = cores

@@ -31,7 +31,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from advisor.evidence import Evidence
-from advisor.rulekit.rule import Finding, Fix, Layer, Severity, Thresholds, rule
+from advisor.rulekit.rule import Clean, Finding, Fix, Layer, Severity, Thresholds, rule
 
 WRAPPERS = ("DataParallel",)
 
@@ -40,6 +40,7 @@ WRAPPERS = ("DataParallel",)
 def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     count = sum(ev.target.module_types.get(name, 0) for name in WRAPPERS)
     if not count:
+        yield Clean(why="the model holds no nn.DataParallel wrapper")
         return
     gpus = ev.env.gpu_count if ev.env is not None else 0
     multi = ev.on_cuda and gpus > 1

@@ -38,7 +38,7 @@ from typing import Iterator
 from advisor.evidence import Evidence
 from advisor.rulekit.fixing import replace_target
 from advisor.rulekit.patching import at_ddp_call
-from advisor.rulekit.rule import Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
+from advisor.rulekit.rule import Clean, Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
 
 MB = 2**20
 DEFAULT_CAP_MB = 25
@@ -60,9 +60,12 @@ DEFAULT_CAP_MB = 25
 def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     ddp = ev.ddp
     if ddp is None or ddp.world_size < 2 or not ddp.bucket_bytes or not ddp.backward_comm_ms or not ev.step_ms:
+        yield Clean(why="no DistributedDataParallel model across two or more ranks" if ddp is None or ddp.world_size < 2
+                    else "DDP's bucket communication was not measured")
         return
     comm_ms = ddp.backward_comm_ms * max(ddp.synced_forwards_per_step, 1.0)
     comm_share = min(1.0, comm_ms / ev.step_ms)
+    yield ev.share_margin("gradient communication's share of the step", comm_share, th.min_comm_share)
     if comm_share < th.min_comm_share:
         return
     buckets = len(ddp.bucket_bytes)
@@ -73,6 +76,7 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     gradient_mb = ddp.parameter_bytes / MB
     exposed = exposed and buckets <= 2 and gradient_mb > DEFAULT_CAP_MB  # splitting can let buckets overlap
     if not small and not exposed:
+        yield Clean(why=f"{buckets} bucket(s) of {mean_mb:.3g} MB on average, overlapping the backward")
         return
     # a few buckets that still overlap with backward: the default cap, or a quarter of the gradients when larger
     suggested = max(DEFAULT_CAP_MB, math.ceil(gradient_mb / 4)) if small else math.ceil(gradient_mb / 4)

@@ -33,8 +33,9 @@ from collections import Counter
 from typing import Iterator
 
 from advisor.evidence import Evidence
+from advisor.rulekit.helpers import no_calls
 from advisor.rulekit.patching import removed_call
-from advisor.rulekit.rule import Finding, Fix, Layer, Location, Severity, Thresholds, rule
+from advisor.rulekit.rule import Clean, Finding, Fix, Layer, Location, Severity, Thresholds, rule
 
 DEBUG_APIS = ("torch.autograd.gradcheck", "torch.autograd.gradgradcheck", "torch.profiler.profile",
               "torch.autograd.profiler.profile", "torch.autograd.profiler.emit_nvtx",
@@ -45,6 +46,7 @@ DEBUG_APIS = ("torch.autograd.gradcheck", "torch.autograd.gradgradcheck", "torch
 def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     sites = ev.call_sites(*DEBUG_APIS, runtime=True)
     if not sites:
+        yield Clean(why=no_calls(ev, "debugging tool (gradcheck, a profiler, anomaly checks)"))
         return
     apis = Counter()
     for site in sites:

@@ -30,17 +30,20 @@ from typing import Iterator
 
 from advisor.evidence import Evidence
 from advisor.rulekit.fixing import attribute, setting, with_switches
-from advisor.rulekit.rule import Finding, Fix, Layer, Severity, Thresholds, rule
+from advisor.rulekit.rule import Clean, Finding, Fix, Layer, Severity, Thresholds, rule
 
 
 @rule(slug="deterministic-algorithms", code="ADV125", layer=Layer.RUNTIME, needs=("cuda", "env"), severity=Severity.LOW)
 def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     env = ev.env
     if not ev.on_cuda or env is None:
-        return  # CPU kernels are deterministic already; the switch costs nothing there
+        # CPU kernels are deterministic already; the switch costs nothing there
+        yield Clean(why="no CUDA device in this run" if not ev.on_cuda else "the run's settings were not recorded")
+        return
     switches = [name for name, on in (("torch.use_deterministic_algorithms(True)", env.deterministic_algorithms),
                                       ("torch.backends.cudnn.deterministic = True", env.cudnn_deterministic)) if on]
     if not switches:
+        yield Clean(why="neither deterministic algorithms nor cudnn.deterministic is switched on")
         return
     yield Finding(
         message=(f"{' and '.join(switches)} is in effect on {env.device_name or 'CUDA'}: deterministic kernels "

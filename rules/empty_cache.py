@@ -33,8 +33,9 @@ from typing import Iterator
 
 from advisor.evidence import Evidence
 from advisor.rulekit.fixing import silenced, with_switches
+from advisor.rulekit.helpers import no_calls
 from advisor.rulekit.patching import at_call_sites
-from advisor.rulekit.rule import Finding, Fix, Layer, Location, Severity, Thresholds, rule
+from advisor.rulekit.rule import Clean, Finding, Fix, Layer, Location, Severity, Thresholds, rule
 
 API = "torch.cuda.empty_cache"
 
@@ -43,6 +44,7 @@ API = "torch.cuda.empty_cache"
 def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     sites = ev.call_sites(API, runtime=True)
     if not sites:
+        yield Clean(why=no_calls(ev, "torch.cuda.empty_cache()"))
         return
     calls = sum(site.count for site in sites)
     yield Finding(

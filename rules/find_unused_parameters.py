@@ -33,7 +33,7 @@ from typing import Iterator
 from advisor.evidence import Evidence
 from advisor.rulekit.fixing import replace_target
 from advisor.rulekit.patching import at_ddp_call
-from advisor.rulekit.rule import Finding, Fix, Layer, Location, Severity, Thresholds, rule
+from advisor.rulekit.rule import Clean, Finding, Fix, Layer, Location, Severity, Thresholds, rule
 
 DOCS = ["https://pytorch.org/docs/stable/generated/torch.nn.parallel.DistributedDataParallel.html"]
 
@@ -42,9 +42,12 @@ DOCS = ["https://pytorch.org/docs/stable/generated/torch.nn.parallel.Distributed
 def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     ddp = ev.ddp
     if ddp is None or not ddp.find_unused_parameters or ddp.steps_watched == 0:
+        yield Clean(why="no DDP model with find_unused_parameters=True was watched" if ddp is None or
+                    not ddp.find_unused_parameters else "no DDP step was watched")
         return
-    if ddp.unused_parameter_bytes or ddp.steps_with_missing_grads:
-        return  # some parameter really goes unused: the flag is needed
+    if ddp.unused_parameter_bytes or ddp.steps_with_missing_grads:  # the flag is needed
+        yield Clean(why="find_unused_parameters=True is needed: some parameter really goes unused")
+        return
     yield Finding(
         message=(f"DDP is built with find_unused_parameters=True, yet every parameter received a gradient in all "
                  f"{ddp.steps_watched} watched steps and DDP found none unused: each step pays a traversal of the "

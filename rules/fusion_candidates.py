@@ -32,7 +32,7 @@ from collections import defaultdict
 from typing import Iterator
 
 from advisor.evidence import Evidence
-from advisor.rulekit.rule import Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
+from advisor.rulekit.rule import Clean, Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
 
 
 @rule(
@@ -51,6 +51,7 @@ from advisor.rulekit.rule import Finding, Fix, Layer, Location, Severity, Thresh
 def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     trace = ev.trace
     if trace is None or not trace.kernels:
+        yield Clean(why="no GPU kernels in this run: it looks for ops launching runs of short kernels")
         return
     by_op: dict[int, list] = defaultdict(list)
     for kernel in trace.kernels:
@@ -68,11 +69,15 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     steps = trace.step_count
     frequent = {key: found for key, found in sequences.items() if len(found) / steps >= th.min_per_step}
     if not frequent:
+        yield Clean(why=f"no op launches {th.min_kernels:g}+ kernels shorter than {th.short_kernel_us:g} µs each, "
+                        f"{th.min_per_step:g}+ times per step")
         return
     kernel_us = sum(k.dur for found in frequent.values() for _, ks in found for k in ks) / steps
     share = ev.share_of_step(kernel_us) if ev.step_ms else None
     if share is None and trace.steps:
         share = kernel_us / trace.mean_step_us()
+    if share is not None:
+        yield ev.share_margin("short fusable kernels' share of the step", share, th.min_share)
     if share is not None and share < th.min_share:
         return
     ranked = sorted(frequent.items(), key=lambda item: -len(item[1]))

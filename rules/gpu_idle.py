@@ -34,7 +34,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from advisor.evidence import Evidence
-from advisor.rulekit.rule import Finding, Fix, Layer, Severity, Threshold, Thresholds, rule
+from advisor.rulekit.rule import Clean, Finding, Fix, Layer, Margin, Severity, Threshold, Thresholds, rule
 from advisor.trace.parse import Trace
 
 
@@ -54,11 +54,15 @@ from advisor.trace.parse import Trace
 def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     trace = ev.trace
     if trace is None or not trace.kernels or not trace.steps:
-        return  # idle time needs step boundaries to be measured against
+        # idle time needs step boundaries to be measured against
+        yield Clean(why="no GPU kernels in this run" if trace is None or not trace.kernels else
+                    "the trace marks no step to measure idle time against")
+        return
     split = idle_split(trace, th.kernel_wait_us)
     step_us = sum(s.dur for s in trace.steps)
     idle = sum(split.values())
     share = idle / step_us if step_us else 0.0
+    yield Margin(quantity="GPU idle share of the step", value=round(share, 4), threshold=th.min_idle_share, noise=0.0)
     if share < th.min_idle_share:
         return
     parts = {name: us / step_us for name, us in split.items()}

@@ -35,7 +35,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from advisor.evidence import Evidence
-from advisor.rulekit.rule import Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
+from advisor.rulekit.rule import Clean, Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
 from advisor.sources import site_label
 
 
@@ -50,6 +50,8 @@ from advisor.sources import site_label
 def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     graph = ev.graph
     if graph is None or not graph.breaks:
+        yield Clean(why="no graph was captured" if graph is None else
+                    f"TorchDynamo captured the forward whole: {graph.graph_count} graph(s), no break")
         return
     breaks = sorted(graph.breaks, key=lambda b: -b.count)
     total = sum(b.count for b in breaks)

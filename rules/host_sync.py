@@ -46,7 +46,7 @@ from typing import Iterator
 
 from advisor.evidence import Evidence
 from advisor.opnames import INDEXING_APIS
-from advisor.rulekit.rule import Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
+from advisor.rulekit.rule import Clean, Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
 from advisor.sources import site_label
 from advisor.trace.parse import SYNC_RUNTIME_CALLS, Op, SourceCall, Trace
 
@@ -136,6 +136,9 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     if not reported:
         if host_reads:
             yield _host_reads_only(host_reads, host_per_step, steps)
+        else:
+            yield Clean(why=f"no line of the user's code synced the host in the {steps} profiled step(s)"
+                        + ("" if ev.trace is not None else " (no trace: graph breaks on syncs only)"))
         return
     reported.sort(key=lambda s: (-s.count, s.file, s.line))
     total_per_step = sum(s.count for s in reported) / steps

@@ -52,7 +52,7 @@ from advisor.rulekit.codemods import NoEdit
 from advisor.rulekit.fixing import replace_target
 from advisor.rulekit.helpers import runs_compiled
 from advisor.rulekit.patching import model_built_for
-from advisor.rulekit.rule import Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
+from advisor.rulekit.rule import Clean, Finding, Fix, Layer, Location, Margin, Severity, Threshold, Thresholds, rule
 from advisor.sources import is_library_path, site_label
 from advisor.stats import percentile
 from advisor.trace.parse import Trace
@@ -99,6 +99,7 @@ DOCS = ["https://pytorch.org/tutorials/intermediate/torch_compile_tutorial.html"
 def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     trace = ev.trace
     if trace is None:
+        yield Clean(why="no trace")
         return
     if trace.kernels:
         yield from _gpu(ev, trace, th)
@@ -107,12 +108,15 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
 
 
 def _cpu(ev: Evidence, trace: Trace, th: Thresholds) -> Iterator[Finding]:
-    if runs_compiled(trace):
-        return  # the fusing is done: what dispatch is left is the compiled code's own calls
+    if runs_compiled(trace):  # the fusing is done: what dispatch is left is the compiled code's own calls
+        yield Clean(why="the step runs compiled code already (torch.compile)")
+        return
     top = trace.top_ops()
     ops_per_step = len(top) / trace.step_count
     step_ms = ev.step_ms
     if ops_per_step < th.min_ops or not step_ms:
+        yield (Margin(quantity="operators per step", value=round(ops_per_step, 2), threshold=th.min_ops, noise=0.0)
+               if step_ms else Clean(why="the step's time is unknown"))
         return
     mean_op_us = step_ms * 1000 / ops_per_step
     floor_us = ev.env.dispatch_overhead_us if ev.env is not None else None
@@ -131,6 +135,8 @@ def _cpu(ev: Evidence, trace: Trace, th: Thresholds) -> Iterator[Finding]:
             return
         high = share >= th.high_overhead_share
     else:
+        yield Margin(quantity="mean µs per operator (below it: dispatch-bound)", value=round(mean_op_us, 3),
+                     threshold=th.max_mean_op_us, noise=0.0)
         if mean_op_us > th.max_mean_op_us:
             return
         share, high = None, mean_op_us <= th.max_mean_op_us * th.high_fraction
@@ -200,14 +206,19 @@ def _gpu(ev: Evidence, trace: Trace, th: Thresholds) -> Iterator[Finding]:
     kernels = [k for k in trace.kernels if k.step is not None] if trace.steps else trace.kernels
     per_step = len(kernels) / trace.step_count
     if per_step < th.min_kernels:
+        yield Margin(quantity="kernels per step", value=round(per_step, 2), threshold=th.min_kernels, noise=0.0)
         return
     durations = sorted(k.dur for k in kernels)
     short_share = sum(1 for d in durations if d < th.short_kernel_us) / len(durations)
     if short_share < th.min_short_share:
+        yield Margin(quantity=f"share of kernels shorter than {th.short_kernel_us:g} µs", value=round(short_share, 4),
+                     threshold=th.min_short_share, noise=0.0)
         return
     busy = _busy_share(trace, kernels)
-    if busy is not None and busy >= th.max_gpu_busy:
-        return  # the GPU is kept busy: small kernels, but not launch-bound
+    if busy is not None and busy >= th.max_gpu_busy:  # small kernels, but not launch-bound
+        yield Margin(quantity="GPU busy share of the step (above it: not launch-bound)", value=round(busy, 4),
+                     threshold=th.max_gpu_busy, noise=0.0)
+        return
     busy_text = f", GPU busy {busy:.0%} of the step" if busy is not None else ""
     launch = _launch_stats(trace, kernels)
     unit = "per step" if trace.steps else "in the trace"

@@ -63,7 +63,7 @@ from advisor.rulekit.patterns import (
     find_attention,
     mask_operands,
 )
-from advisor.rulekit.rule import Finding, Fix, Layer, Location, Severity, Thresholds, rule
+from advisor.rulekit.rule import Clean, Finding, Fix, Layer, Location, Severity, Thresholds, rule
 from advisor.sources import site_label
 
 if TYPE_CHECKING:
@@ -79,6 +79,7 @@ CAUSAL_SEARCH_DEPTH = 4  # ops between a mask operand and the tril/triu that bui
 @rule(slug="manual-attention", code="ADV116", layer=Layer.MODEL, needs=("graph",), severity=Severity.MEDIUM)
 def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     if ev.graph is None:
+        yield Clean(why="no graph was captured")
         return
     graph = ev.graph
     nodes = {n.id: n for n in graph.nodes}
@@ -88,6 +89,9 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
                              users=lambda n: [nodes[s] for s in digraph.successors(n.id)],
                              equation=lambda n: n.constants[0].strip("'\"") if n.constants else "")
     if not matches:
+        softmaxes = sum(1 for n in graph.calls() if n.target.rsplit(".", 1)[-1] in ("softmax", "_softmax"))
+        yield Clean(why=f"no matmul of queries and keys feeds a softmax and a matmul with values in the graph "
+                        f"({softmaxes} softmax call(s) in it)")
         return
     causal = any(_causal_mask(m.between, inputs) for m in matches)
     lines = {(n.file, n.line) for m in matches for n in (m.scores, m.softmax, m.output, *m.between, *m.after)}

@@ -34,7 +34,7 @@ from typing import Iterator
 
 from advisor.evidence import Evidence
 from advisor.opnames import GRAPH_BIAS_FIRST, GRAPH_MATMULS, LOW_PRECISION_TYPES, REDUCED_DTYPES, TRACE_BIAS_FIRST, TRACE_MATMULS
-from advisor.rulekit.rule import Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
+from advisor.rulekit.rule import Clean, Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
 
 
 @rule(
@@ -50,9 +50,12 @@ from advisor.rulekit.rule import Finding, Fix, Layer, Location, Severity, Thresh
 )
 def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     if not ev.on_cuda:
-        return  # tensor-core alignment is a GPU matter; CPU kernels do not need it
+        yield Clean(why="no CUDA device in this run: tensor-core alignment is a GPU matter")
+        return
     misaligned = _from_graph(ev, th) if ev.graph is not None else _from_trace(ev, th)
     if not misaligned:
+        yield Clean(why="every reduced-precision matmul's dimensions are multiples of 8, or none runs in reduced "
+                        "precision")
         return
     unique = {}
     for file, line, where, m, k, n in misaligned:

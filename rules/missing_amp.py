@@ -1,8 +1,9 @@
 """Matmul-heavy step in fp32 without autocast (missing mixed precision).
 
 What it detects:
-    A step whose matrix multiplies and convolutions run in float32, with no autocast active
-    and no reduced-precision parameters, where that work dominates: at least
+    A step whose matrix multiplies and convolutions run in float32 (the dtypes of the operators
+    in the trace, whatever the parameters' are), with no autocast active, where that work
+    dominates: at least
     ``min_gflops`` GFLOP per step (``torch.utils.flop_counter``) in matmuls averaging at least
     ``min_mflop_per_matmul`` MFLOP each (many tiny matmuls gain little), and at least
     ``min_matmul_share`` of the step in mm/bmm/addmm/conv operators (their profiled time over
@@ -38,12 +39,12 @@ from __future__ import annotations
 from typing import Iterator
 
 from advisor.evidence import Evidence
-from advisor.opnames import MATMUL_FLOP_OPS, MATMUL_OPS, REDUCED_DTYPES
+from advisor.opnames import MATMUL_FLOP_OPS, MATMUL_OPS
 from advisor.rulekit.codemods import NoEdit
 from advisor.rulekit.fixing import replace_target
 from advisor.rulekit.helpers import is_ampere_or_newer, low_precision, outermost
 from advisor.rulekit.patching import forward_and_loss
-from advisor.rulekit.rule import Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
+from advisor.rulekit.rule import Clean, Finding, Fix, Layer, Location, Margin, Severity, Threshold, Thresholds, rule
 
 # A model whose parameters are mostly bf16/fp16 already computes in reduced precision.
 
@@ -63,32 +64,40 @@ DOCS = ["https://pytorch.org/docs/stable/amp.html",
             10, "mean work per matmul/conv op; smaller ops (e.g. per-expert slivers) gain little", "MFLOP"),
         "min_matmul_share": Threshold(0.5, "share of the step in matmul/conv operators"),
         "max_reduced_share": Threshold(0.2, "share of matmul ops already in bf16/fp16 above which AMP is in use"),
-        "reduced_parameter_share": Threshold(0.5, "share of the parameters already in bf16/fp16 from which the "
-                                                  "model is taken to run in reduced precision"),
     },
 )
 def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     if ev.trace is None or ev.flops is None:
+        yield Clean(why="no trace" if ev.trace is None else "the step's FLOPs were not counted")
         return
     if ev.target.autocast is not None:
-        return  # the user's code already runs the model under autocast
-    params = ev.target.param_dtypes
-    if params and sum(n for d, n in params.items() if d in REDUCED_DTYPES) >= th.reduced_parameter_share * sum(params.values()):
-        return  # the model itself is in bf16/fp16
-    matmul_flops = sum(n for op, n in ev.flops.by_op.items() if op in MATMUL_FLOP_OPS)
-    if matmul_flops < th.min_gflops * 1e9:
+        yield Clean(why=f"the step runs under autocast ({ev.target.autocast}) already")
         return
-    every_matmul = [o for o in ev.trace.step_ops() if o.name in MATMUL_OPS]
-    if every_matmul and sum(map(low_precision, every_matmul)) / len(every_matmul) > th.max_reduced_share:
-        return  # autocast (or manual casts) already run the matmuls in reduced precision
+    # the dtypes of the operators that take the step's time decide, not the parameters' (bf16 embedding tables
+    # beside fp32 dense layers leave the matmuls in fp32)
     matmuls = outermost(ev.trace, MATMUL_OPS)
     if not matmuls:
+        yield Clean(why="no matmul or convolution in the profiled steps")
         return
-    mflop_per_matmul = matmul_flops / (len(matmuls) / ev.trace.step_count) / 1e6
-    if mflop_per_matmul < th.min_mflop_per_matmul:
-        return  # many small matmuls: measured 1.03x for a top-2 MoE of 4-MFLOP experts in bf16
-    share = ev.share_of_step(ev.trace.median_per_step(matmuls))
+    fp32 = [op for op in matmuls if not low_precision(op)]
+    reduced_share = 1 - len(fp32) / len(matmuls)
+    if reduced_share > th.max_reduced_share:  # autocast, manual casts or a bf16 model run them in reduced precision
+        yield Clean(why=f"the step's matmuls run in reduced precision already ({len(matmuls) - len(fp32)} of "
+                        f"{len(matmuls)} in the profiled steps)")
+        return
+    matmul_flops = sum(n for op, n in ev.flops.by_op.items() if op in MATMUL_FLOP_OPS) * (1 - reduced_share)
+    if matmul_flops < th.min_gflops * 1e9:
+        yield Margin(quantity="fp32 matmul GFLOP per step", value=round(matmul_flops / 1e9, 4),
+                     threshold=th.min_gflops, noise=0.0)
+        return
+    mflop_per_matmul = matmul_flops / (len(fp32) / ev.trace.step_count) / 1e6
+    if mflop_per_matmul < th.min_mflop_per_matmul:  # measured 1.03x for a top-2 MoE of 4-MFLOP experts in bf16
+        yield Margin(quantity="MFLOP per fp32 matmul", value=round(mflop_per_matmul, 4),
+                     threshold=th.min_mflop_per_matmul, noise=0.0)
+        return
+    share = ev.share_of_step(ev.trace.median_per_step(fp32))
     if share is None:
+        yield Clean(why="the step's time is unknown, so the matmuls' share is too")
         return
     margin = ev.share_margin("matmul share of the step", share, th.min_matmul_share)
     yield margin  # how near it came: reported when the rule stays silent too
@@ -107,7 +116,8 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
             "matmul_gflop_per_step": round(matmul_flops / 1e9, 4),
             "matmul_share_of_step": round(share, 4),
             "mflop_per_matmul": round(mflop_per_matmul, 2),
-            "fp32_parameters": params.get("float32", 0),
+            "fp32_parameters": ev.target.param_dtypes.get("float32", 0),
+            "fp32_matmuls_profiled": len(fp32), "matmuls_profiled": len(matmuls),
             "device": ev.target.device,
             **({"cpu_native_bf16": ev.env.cpu_native_bf16} if ev.env is not None else {}),
             "autocast_dtype": _dtype(ev),

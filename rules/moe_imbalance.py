@@ -40,7 +40,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from advisor.evidence import Evidence
-from advisor.rulekit.rule import Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
+from advisor.rulekit.rule import Clean, Finding, Fix, Layer, Location, Margin, Severity, Threshold, Thresholds, rule
 
 
 @rule(
@@ -54,7 +54,13 @@ from advisor.rulekit.rule import Finding, Fix, Layer, Location, Severity, Thresh
     },
 )
 def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
-    for group in ev.routing or []:
+    if not ev.routing:
+        yield Clean(why="the model holds no mixture of experts whose routing could be measured")
+        return
+    worst = max((max(g.tokens) / (sum(g.tokens) / len(g.tokens)) for g in ev.routing if sum(g.tokens)), default=0.0)
+    yield Margin(quantity="busiest expert's tokens over the mean", value=round(worst, 4), threshold=th.max_over_mean,
+                 noise=0.0)
+    for group in ev.routing:
         total = sum(group.tokens)
         if total < th.min_tokens:
             continue

@@ -39,7 +39,7 @@ from typing import Iterator
 from advisor.evidence import Evidence
 from advisor.rulekit.fixing import replace_target
 from advisor.rulekit.patching import no_sync_loop
-from advisor.rulekit.rule import Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
+from advisor.rulekit.rule import Clean, Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
 
 
 @rule(
@@ -58,10 +58,13 @@ from advisor.rulekit.rule import Finding, Fix, Layer, Location, Severity, Thresh
 def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     ddp = ev.ddp
     if ddp is None or ddp.world_size < 2 or ddp.forwards_per_step < th.min_micro_steps - 0.01:
+        yield Clean(why="no DistributedDataParallel model across two or more ranks" if ddp is None or ddp.world_size < 2
+                    else f"no gradient accumulation: {ddp.forwards_per_step:g} forward(s) per optimizer step")
         return
     accum = round(ddp.forwards_per_step)
     if ddp.synced_forwards_per_step / ddp.forwards_per_step < th.min_synced_share:
-        return  # no_sync is already used on the micro-steps
+        yield Clean(why="no_sync() is used on the micro-steps already")
+        return
     wasted = (accum - 1) / accum
     comm_ms = ddp.backward_comm_ms * ddp.synced_forwards_per_step if ddp.backward_comm_ms else None
     share = min(1.0, comm_ms / ev.step_ms) if comm_ms and ev.step_ms else None

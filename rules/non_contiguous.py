@@ -58,7 +58,7 @@ from advisor.opnames import (
 from advisor.rulekit.codemods import NoEdit
 from advisor.rulekit.fixing import compiled_with, finish_graph, node_name
 from advisor.rulekit.helpers import is_broadcast, is_contiguous, outermost
-from advisor.rulekit.rule import Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
+from advisor.rulekit.rule import Clean, Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
 from advisor.sources import site_label
 from advisor.trace.parse import Op, Trace
 
@@ -94,11 +94,13 @@ class CopySite:
 def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     trace = ev.trace
     if trace is None or not trace.step_ops():
+        yield Clean(why="no operators in the profiled steps" if trace is not None else "no trace")
         return
     sites, copies = _copy_sites(trace)
     copy_us = trace.median_per_step(copies)
     share = ev.share_of_step(copy_us)
     if share is None:
+        yield Clean(why="the step's time is unknown (a trace without host operators per step), so the copies' share is too")
         return
     margin = ev.share_margin("layout-copy share of the step", share, th.min_share)
     yield margin  # how near it came: reported when the rule stays silent too

@@ -34,7 +34,7 @@ from typing import Iterator
 from advisor.evidence import Evidence
 from advisor.opnames import FUSED_OPTIMIZERS
 from advisor.rulekit.fixing import replace_target
-from advisor.rulekit.rule import Finding, Fix, Layer, Severity, Threshold, Thresholds, rule
+from advisor.rulekit.rule import Clean, Finding, Fix, Layer, Severity, Threshold, Thresholds, rule
 
 FOREACH = FUSED_OPTIMIZERS | {"RMSprop", "Adamax", "NAdam", "RAdam", "ASGD", "Adadelta", "Rprop"}
 
@@ -54,16 +54,29 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     target = ev.target
     name, options = target.optimizer, target.optimizer_options
     if target.mode != "train" or name not in FOREACH or ev.trace is None:
+        yield Clean(why="not a training run" if target.mode != "train" else
+                    f"no optimizer with a foreach or fused implementation ({name or 'none'})" if name not in FOREACH
+                    else "no trace to time the optimizer's step in")
         return
     if options.get("fused") or options.get("foreach") or (options.get("foreach") is None and ev.on_cuda):
-        return  # fused, foreach, or the CUDA default (foreach)
+        yield Clean(why=f"{name} runs fused or foreach already")  # or the CUDA default (foreach)
+        return
     if options.get("differentiable") or target.optimizer_param_tensors < th.min_tensors:
+        yield Clean(why="a differentiable optimizer (no foreach path)" if options.get("differentiable") else
+                    f"{name} updates {target.optimizer_param_tensors} parameter tensor(s), fewer than "
+                    f"{th.min_tensors:g}: batching them saves little")
+        return
+    if target.step is not None and target.step.counts.get("closures"):
+        # the step's span holds the script's closure (its forwards and backwards): not the optimizer's own time
+        yield Clean(why=f"{name}.step() runs the script's closure (its forward and backward) inside it, so the "
+                        "optimizer's own share of the step cannot be read from its span")
         return
     step_us = ev.trace.median_span_per_step(ev.trace.optimizer_steps)
     profiled_step_us = ev.trace.mean_step_us()
     # a share within the profiled steps: the profiler inflates the optimizer's many small ops as much
     share = min(1.0, step_us / profiled_step_us) if step_us and profiled_step_us else None
     if share is None:
+        yield Clean(why="the profiled steps hold no optimizer step to time")
         return
     yield ev.share_margin("optimizer share of the step", share, th.min_share)  # how near it came: reported when the rule stays silent too
     if share < th.min_share:

@@ -31,7 +31,7 @@ from collections import defaultdict
 from typing import Iterator
 
 from advisor.evidence import Evidence
-from advisor.rulekit.rule import Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
+from advisor.rulekit.rule import Clean, Finding, Fix, Layer, Location, Margin, Severity, Threshold, Thresholds, rule
 
 PAGEABLE = ("Pageable -> Device", "Device -> Pageable")
 
@@ -51,9 +51,11 @@ PAGEABLE = ("Pageable -> Device", "Device -> Pageable")
 def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     trace = ev.trace
     if trace is None or not trace.memcpy:
+        yield Clean(why="no host-device copies in the trace" + ("" if ev.on_cuda else " (no GPU in this run)"))
         return
     copies = [m for m in trace.memcpy if any(p in m.name for p in PAGEABLE) and (m.step is not None or not trace.steps)]
     per_step = len(copies) / trace.step_count
+    yield Margin(quantity="pageable copies per step", value=round(per_step, 4), threshold=th.min_per_step, noise=0.0)
     if per_step < th.min_per_step:
         return
     by_place: dict[tuple[str, int, str], list] = defaultdict(list)

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 from advisor.evidence import Evidence, GraphNode
 from advisor.opnames import DTYPE_CONVERSIONS, FRESH_CONTIGUOUS
 from advisor.rulekit.fixing import compiled_with, finish_graph, node_site
-from advisor.rulekit.rule import Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
+from advisor.rulekit.rule import Clean, Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
 from advisor.sources import site_label
 
 if TYPE_CHECKING:
@@ -60,6 +60,7 @@ if TYPE_CHECKING:
 )
 def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     if ev.graph is None:
+        yield Clean(why="no graph was captured")
         return
     nodes = {n.id: n for n in ev.graph.nodes}
     users: dict[str, list[GraphNode]] = defaultdict(list)
@@ -81,6 +82,7 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
               and (origin := nodes.get(source.args[0])) is not None and origin.dtype != source.dtype):
             found.append((node, f"converts to {node.dtype} a value just converted to {node.dtype}"))
     if not found:
+        yield Clean(why="no clone, contiguous() or dtype conversion in the graph copies a tensor that needed none")
         return
     cost_us = _clone_cost_us(ev, [n for n, _ in found if "clone" in n.target])
     share = ev.share_of_step(cost_us) if cost_us is not None else None

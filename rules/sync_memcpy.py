@@ -32,7 +32,7 @@ from typing import Iterator
 
 from advisor.evidence import Evidence
 from advisor.opnames import ASYNC_COPIES, BLOCKING_COPIES
-from advisor.rulekit.rule import Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
+from advisor.rulekit.rule import Clean, Finding, Fix, Layer, Location, Margin, Severity, Threshold, Thresholds, rule
 from advisor.trace.parse import SYNC_RUNTIME_CALLS
 
 
@@ -47,6 +47,7 @@ from advisor.trace.parse import SYNC_RUNTIME_CALLS
 def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     trace = ev.trace
     if trace is None or not trace.runtime:
+        yield Clean(why="no CUDA runtime calls in the trace" + ("" if ev.on_cuda else " (no GPU in this run)"))
         return
     in_step = [r for r in trace.runtime if r.step is not None or not trace.steps]
     blocking = []  # (runtime call, enclosing op, blocked µs)
@@ -67,6 +68,7 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
             if waits:
                 blocking.append((call, op, call.dur + waits[0].dur))
     per_step = len(blocking) / trace.step_count
+    yield Margin(quantity="blocking copies per step", value=round(per_step, 4), threshold=th.min_per_step, noise=0.0)
     if per_step < th.min_per_step:
         return
     unit = "per step" if trace.steps else "in the trace"

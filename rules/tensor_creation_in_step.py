@@ -40,7 +40,7 @@ from advisor.evidence import Evidence, GraphNode
 from advisor.opnames import FROM_HOST
 from advisor.rulekit.fixing import compiled_with, finish_graph, node_name
 from advisor.rulekit.patterns import find_constants
-from advisor.rulekit.rule import Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
+from advisor.rulekit.rule import Clean, Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
 
 if TYPE_CHECKING:
     import torch
@@ -57,10 +57,12 @@ if TYPE_CHECKING:
 )
 def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     if ev.graph is None:
+        yield Clean(why="no graph was captured")
         return
     constants = find_constants(ev.graph.calls(), name=lambda n: n.target, is_function=lambda n: n.op == "call_function",
                                inputs=lambda n: n.args, key=lambda n: n.id)
     if not constants:
+        yield Clean(why="the forward builds no constant tensor from scratch in each step")
         return
     by_line: dict[tuple[str, int], list[GraphNode]] = defaultdict(list)
     for node in constants:

@@ -39,7 +39,7 @@ from advisor.evidence import Evidence
 from advisor.opnames import GRAPH_MATMULS
 from advisor.rulekit.fixing import setting, with_switches
 from advisor.rulekit.helpers import is_ampere_or_newer
-from advisor.rulekit.rule import Finding, Fix, Layer, Severity, Threshold, Thresholds, rule
+from advisor.rulekit.rule import Clean, Finding, Fix, Layer, Margin, Severity, Threshold, Thresholds, rule
 
 # CUDA-core fp32 GEMMs; tensor-op kernels say tf32 / s1688 / s16816 / tensorop instead.
 FP32_GEMM = re.compile(r"sgemm", re.IGNORECASE)
@@ -57,11 +57,14 @@ TENSOR_CORE_GEMM = re.compile(r"tf32|s1688|s16816|tensorop|xmma", re.IGNORECASE)
 def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     env = ev.env
     if not is_ampere_or_newer(env):
-        return  # TF32 needs NVIDIA Ampere or newer
+        yield Clean(why="TF32 needs an NVIDIA Ampere or newer GPU, and this run had none")
+        return
     if ev.trace is not None and ev.trace.kernels:
         yield from _from_kernels(ev, th)
     elif env.tf32_matmul is False and env.float32_matmul_precision == "highest" and ev.target.autocast is None:
         yield from _from_settings(ev)
+    else:
+        yield Clean(why="TF32 is allowed, or the step runs under autocast")
 
 
 def _from_kernels(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
@@ -71,6 +74,8 @@ def _from_kernels(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     fp32 = [k for k in kernels if kinds[k.name] == "fp32"]
     tensor_core = [k for k in kernels if kinds[k.name] == "tensor-core"]
     share = sum(k.dur for k in fp32) / total if total else 0.0
+    yield Margin(quantity="fp32 GEMM kernels' share of kernel time", value=round(share, 4), threshold=th.min_share,
+                 noise=0.0)
     if share < th.min_share:
         return
     time_by_name: dict[str, float] = {}
@@ -99,6 +104,7 @@ def _gemm_kind(name: str) -> str:
 def _from_settings(ev: Evidence) -> Iterator[Finding]:
     matmuls = [n for n in ev.graph.calls() if n.target in GRAPH_MATMULS and n.dtype == "float32"] if ev.graph else []
     if not matmuls:
+        yield Clean(why="TF32 is off, but no float32 matmul runs in the graph")
         return
     yield Finding(
         message=(f"{len(matmuls)} float32 matmul(s) run on {ev.env.device_name} with TF32 off "

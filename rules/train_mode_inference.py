@@ -33,7 +33,7 @@ from collections import Counter
 from typing import Iterator
 
 from advisor.evidence import Evidence
-from advisor.rulekit.rule import Finding, Fix, Layer, Location, Severity, Thresholds, rule
+from advisor.rulekit.rule import Clean, Finding, Fix, Layer, Location, Severity, Thresholds, rule
 
 MODE_DEPENDENT = ("Dropout", "BatchNorm", "AlphaDropout", "FeatureAlphaDropout", "SyncBatchNorm", "InstanceNorm")
 
@@ -41,13 +41,17 @@ MODE_DEPENDENT = ("Dropout", "BatchNorm", "AlphaDropout", "FeatureAlphaDropout",
 @rule(slug="train-mode-inference", code="ADV114", layer=Layer.MODEL, needs=("graph",), severity=Severity.MEDIUM)
 def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     if ev.target.mode != "inference" or not ev.target.training_flag or ev.graph is None:
+        yield Clean(why="a training run" if ev.target.mode != "inference" else "the model is in eval mode"
+                    if not ev.target.training_flag else "no graph was captured")
         return
     layers = {}
     for node in ev.graph.calls():
         if node.module_type.startswith(MODE_DEPENDENT) and node.module_path not in layers:
             layers[node.module_path] = node
-    if not layers:
-        return  # no layer behaves differently in training mode: the flag does not matter
+    if not layers:  # no layer behaves differently in training mode: the flag does not matter
+        yield Clean(why="the model is in train mode, but no layer of it behaves differently there (no dropout, "
+                        "batch norm)")
+        return
     kinds = Counter(node.module_type for node in layers.values())
     yield Finding(
         message=(f"the model is audited for inference but left in training mode, with "

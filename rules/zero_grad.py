@@ -31,8 +31,9 @@ from typing import Iterator
 
 from advisor.evidence import Evidence
 from advisor.rulekit.fixing import attribute, with_switches
+from advisor.rulekit.helpers import no_calls
 from advisor.rulekit.patching import at_call_sites
-from advisor.rulekit.rule import Finding, Fix, Layer, Location, Severity, Thresholds, rule
+from advisor.rulekit.rule import Clean, Finding, Fix, Layer, Location, Severity, Thresholds, rule
 
 API = "zero_grad"  # Optimizer.zero_grad and Module.zero_grad
 
@@ -41,6 +42,7 @@ API = "zero_grad"  # Optimizer.zero_grad and Module.zero_grad
 def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     sites = [s for s in ev.call_sites(API) if s.arguments.get("set_to_none") == "False"]
     if not sites:
+        yield Clean(why=no_calls(ev, "zero_grad(set_to_none=False)"))
         return
     params = ev.target.param_count
     yield Finding(

@@ -210,11 +210,13 @@ def share_finding(result, slug: str):
 
 
 def check_rule(slug: str, evidence) -> list:
-    """One built-in rule over some evidence, with its default thresholds."""
+    """One built-in rule's findings over some evidence, with its default thresholds (not the margins and reasons
+    it yields beside them)."""
     from advisor.rulekit.engine import load_rules, thresholds_for
+    from advisor.rulekit.rule import Finding
 
     rule = load_rules().get(slug)
-    return list(rule.check(evidence, thresholds_for(rule, {})))
+    return [item for item in rule.check(evidence, thresholds_for(rule, {})) if isinstance(item, Finding)]
 
 
 def as_device(evidence, device: str, **env):

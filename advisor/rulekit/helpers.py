@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
+from advisor.evidence import Evidence
 from advisor.opnames import COMPILED_MARKS, CONV_FUNCTIONS, CONV_MODULES, CONV_OPS, LOW_PRECISION_TYPES
 from advisor.trace.parse import Op, Trace
 
@@ -63,3 +64,8 @@ def convolution_sites(ev) -> list[tuple[str, int, str]]:
             file, line = (op.src.file, op.src.line) if op.src is not None else ("", 0)
             sites[(file, line, op.name)] = None
     return list(sites)
+
+
+def no_calls(ev: Evidence, what: str) -> str:
+    """A call-watching rule's reason for silence: none of ``what`` ran in the watched steps, or none were watched."""
+    return f"no {what} ran in the watched steps" if ev.calls is not None else "the step's calls were not watched in this run"
