@@ -37,7 +37,7 @@ from typing import Iterator
 from advisor.evidence import SHARE_NOISE_FLOOR, DataLoaderInfo, Evidence, Margin
 from advisor.rulekit.fixing import replace_target
 from advisor.rulekit.patching import at_loader_call
-from advisor.rulekit.rule import Finding, Fix, Layer, Severity, Threshold, Thresholds, rule
+from advisor.rulekit.rule import Clean, Finding, Fix, Layer, Severity, Threshold, Thresholds, rule
 
 DOCS = ["https://pytorch.org/docs/stable/data.html#multi-process-data-loading",
         "https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html#enable-async-data-loading-and-augmentation"]
@@ -85,6 +85,11 @@ def _too_few_workers(ev: Evidence, data: DataLoaderInfo, step_ms: float, th: Thr
     per_worker_ms = batch_ms * max(data.num_workers, 1)
     needed = max(1, math.ceil(per_worker_ms / step_ms))
     free, why = _free_cores(ev)
+    if data.num_workers and data.num_workers >= needed and data.num_workers >= free:
+        # more workers cannot help: the ones there are enough for the pace, and already take every free core
+        yield Clean(why=f"the loop waits for data, but its {data.num_workers} workers are more than the {needed} its "
+                        f"pace needs and take every free core ({why}): they are short of CPU, not of number")
+        return
     suggested = max(min(needed, free), data.num_workers + 1)
     enough = suggested >= needed
     message = (

@@ -241,6 +241,10 @@ def _primary_evidence(run: ScriptRun, options: RunOptions) -> tuple[Evidence, li
         evidence.graph = GraphCapture.model_validate(graph)
     elif (failure := run.read("graph_error.json")) is not None:
         evidence.graph_error = failure["message"]
+    if (failure := run.read("describe_error.json")) is not None:
+        errors.append(StageError(stage="graph", kind="internal", message=(
+            f"describing the script's model failed ({failure['message']}); the model, its graph and FLOPs are "
+            "missing from the report")))
     if (routing := run.read("routing.json")) is not None:
         evidence.routing = [RoutingGroup.model_validate(group) for group in routing["groups"]]
     if (calls := run.read("calls.json")) is not None:

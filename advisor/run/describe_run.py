@@ -26,6 +26,33 @@ def the_model(window: StepWindow) -> tuple[Any, list[str]]:
     return module, inputs or []
 
 
+def model_copy(model: Any) -> Any:
+    """A deep copy of the script's model. Tensors the script keeps on its modules outside their parameters and
+    buffers (REINFORCE's ``policy.saved_log_probs``, a cached hidden state) may be results of autograd, which
+    deepcopy refuses: the copy holds them detached."""
+    import copy
+
+    import torch
+
+    memo: dict[int, Any] = {}
+
+    def detach_results(value: Any, depth: int = 0) -> None:
+        if isinstance(value, torch.Tensor) and value.grad_fn is not None:
+            memo[id(value)] = value.detach()
+        elif isinstance(value, (list, tuple, set)) and depth < 3:
+            for item in value:
+                detach_results(item, depth + 1)
+        elif isinstance(value, dict) and depth < 3:
+            for item in value.values():
+                detach_results(item, depth + 1)
+
+    for module in model.modules():
+        for name, value in vars(module).items():
+            if name not in ("_parameters", "_buffers", "_modules"):
+                detach_results(value)
+    return copy.deepcopy(model, memo)
+
+
 def describe_run(window: StepWindow) -> None:
     """The model, optimizer and environment as the script set them up (target.json, env.json)."""
     import torch
@@ -76,7 +103,6 @@ def _count_flops(window: StepWindow, outer: Any, model: Any, training: bool) -> 
     """The model's forward on a copy with its first real inputs, times the forwards of a step (every
     micro-step of gradient accumulation); a training step as 3x that (the script's own step is not
     re-run: its loss and optimizer are the script's business)."""
-    import copy
 
     import torch
 
@@ -85,7 +111,7 @@ def _count_flops(window: StepWindow, outer: Any, model: Any, training: bool) -> 
     recorded = window.batches.get(id(model))
     if not recorded:
         return
-    twin, inputs = copy.deepcopy(model), tuple(recorded[0])
+    twin, inputs = model_copy(model), tuple(recorded[0])
     with torch.no_grad():
         counted = count_flops(lambda: twin(*inputs))
     forwards = window.forwards_per_step.get(id(outer), 1) if window.kind != "forward" else 1
@@ -99,7 +125,6 @@ def _count_flops(window: StepWindow, outer: Any, model: Any, training: bool) -> 
 
 def _capture_graph(window: StepWindow, model: Any) -> None:
     """Dynamo's view of the model, on a deep copy, with the inputs of its first real call."""
-    import copy
 
     from advisor.capture.graph import capture_call
 
@@ -108,7 +133,7 @@ def _capture_graph(window: StepWindow, model: Any) -> None:
         return
     inputs = recorded[0]  # its first real call
     try:
-        capture = capture_call(copy.deepcopy(model), tuple(inputs), {})
+        capture = capture_call(model_copy(model), tuple(inputs), {})
     except Exception as failure:  # noqa: BLE001 - graph rules are then blind, and the report says why
         window.write("graph_error.json", {"message": f"{type(failure).__name__}: {str(failure).splitlines()[0][:300]}"})
         return
@@ -117,14 +142,13 @@ def _capture_graph(window: StepWindow, model: Any) -> None:
 
 def _measure_routing(window: StepWindow, model: Any) -> None:
     """Tokens per expert on the script's own batches (those of its first steps), on a copy."""
-    import copy
 
     from advisor.capture.routing import route
 
     batches = window.batches.get(id(model)) or []
     if not batches:
         return
-    twin = copy.deepcopy(model)
+    twin = model_copy(model)
     try:
         groups = route(twin, batches, "dataloader" if window.loaders else "script", lambda args: twin(*args))
     except Exception as failure:  # noqa: BLE001 - routing is evidence for one rule, never the run's end

@@ -89,7 +89,12 @@ def watch_training_signs(window: StepWindow) -> None:
         if mine:
             window.backward_seen = True
             window.contents.backward()
-        result = backward(*args, **kwargs)
+            window.in_backward += 1  # forwards run now are recomputations (gradient checkpointing), not calls
+        try:
+            result = backward(*args, **kwargs)
+        finally:
+            if mine:
+                window.in_backward -= 1
         if mine and not inside[0]:
             window.after_backward()  # torch.autograd.backward called by the script itself
         return result

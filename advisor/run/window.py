@@ -90,6 +90,7 @@ class StepWindow(ProfiledSteps, TrainingSigns):
         self.mode = spec.get("mode") or ""  # "train" | "inference" as the user said (--mode), else from the signs
         self.trains = self.mode == "train"  # forwards are not steps: an optimizer was created (or --mode train)
         self.backward_seen = False
+        self.in_backward = 0  # inside torch.autograd.backward: checkpointed layers run their forwards again
         self.optimizer_created = False
         self.contents = StepContents()
         self.lead_module: int | None = None  # the model: the outermost module with the most parameters
@@ -144,8 +145,10 @@ class StepWindow(ProfiledSteps, TrainingSigns):
             self.verification = MeasuredRun(self)
             self.verification.prepare()
         else:
+            # always_call: a forward ended by an exception leaves too (gradient checkpointing stops its recompute
+            # by raising), else the depth stays raised and no later call is outermost
             self.hooks = [torch.nn.modules.module.register_module_forward_pre_hook(self._enter_forward),
-                          torch.nn.modules.module.register_module_forward_hook(self._leave_forward)]
+                          torch.nn.modules.module.register_module_forward_hook(self._leave_forward, always_call=True)]
         watch_loaders(self)
         atexit.register(self.on_exit)
         stop.on_request(self.stop.requested)
@@ -186,6 +189,8 @@ class StepWindow(ProfiledSteps, TrainingSigns):
         return changed
 
     def _enter_forward(self, module, args):
+        if self.in_backward:
+            return
         if self.depth == 0 and os.getpid() == self.owner:
             seen = self.outermost.get(id(module))
             if seen is None:
@@ -216,6 +221,8 @@ class StepWindow(ProfiledSteps, TrainingSigns):
             self._restart()
 
     def _leave_forward(self, module, args, output):
+        if self.in_backward:
+            return
         self.depth -= 1
         if self.depth != 0 or os.getpid() != self.owner:
             return
