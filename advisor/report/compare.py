@@ -96,7 +96,7 @@ class ReportDiff:
     def contended(self) -> list[str]:
         """Which runs were measured on a contended machine, with what contended."""
         return [f"{label}: {report.quality.summary}" for label, report in (("old", self.old), ("new", self.new))
-                if report.quality.state == "contended"]
+                if report.quality.state in ("contended", "inconsistent")]
 
     @property
     def step(self) -> Change | None:

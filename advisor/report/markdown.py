@@ -27,7 +27,7 @@ def render_markdown(report: Report) -> str:
     if combined is not None and combined.speedup is not None:
         summary.append(f"all verified fixes together **{combined.speedup:.2f}×** [{combined.ci_low:.2f}–{combined.ci_high:.2f}]")
     lines += [" · ".join(summary), ""]
-    if report.quality.state == "contended":
+    if report.quality.state in ("contended", "inconsistent"):
         lines += [f"> ⚠️ **Machine**: {_escape(report.quality.summary)}", ""]
     elif report.quality.state == "quiet":
         lines += [f"Machine: {_escape(report.quality.summary)}", ""]

@@ -11,8 +11,10 @@ A fix measured under contention says so beside its verdict (whose interval alrea
 
 The stages check each other: a profiled step much faster than the profiler-free one, or verification
 baselines (the unchanged model, timed again beside each fix) far from the timing stage's step, say that the
-stages ran under different conditions. The report names which stage was seen contended, and the shares
-of a step time the other stages contradict are marked unreliable as under contention.
+stages did not measure the same thing. Where contention was measured the report names which stage was seen
+contended; where the machine measured quiet (or could not be read) the run is *inconsistent*, never blamed on
+the machine: the step as read may not be one whole iteration of the script, or its time drifts. Either way
+the shares of a step time the other stages contradict are marked unreliable.
 """
 
 from __future__ import annotations
@@ -34,12 +36,13 @@ def measurement_quality(evidence: Evidence) -> MeasurementQuality:
     disagreement = _stages_disagree(evidence)
     if conditions is None or conditions.others_cores is None:
         if disagreement:
-            return MeasurementQuality(state="contended", reasons=[disagreement], timing=conditions,
-                                      summary=f"CONTENDED: {disagreement}")
+            return _inconsistent(conditions, disagreement, "the machine's load could not be read")
         unread = "; ".join(conditions.unreadable) if conditions is not None else ""
         return MeasurementQuality(state="unknown", timing=conditions,
                                   summary="machine load not measured: " + (f"unreadable here: {unread}" if unread
                                                                            else "no step was timed here"))
+    if disagreement and not judge(conditions):
+        return _inconsistent(conditions, disagreement, "the machine measured quiet")
     reasons = judge(conditions) + ([disagreement] if disagreement else [])
     if reasons:
         waited = f" ({evidence.timing.remeasured})" if evidence.timing.remeasured else ""
@@ -53,6 +56,15 @@ def measurement_quality(evidence: Evidence) -> MeasurementQuality:
                                       + (f" ({evidence.timing.remeasured})" if evidence.timing.remeasured else ""))
 
 
+def _inconsistent(conditions, disagreement: str, machine: str) -> MeasurementQuality:
+    return MeasurementQuality(state="inconsistent", reasons=[disagreement], timing=conditions, summary=(
+        f"INCONSISTENT: {disagreement}; {machine}, so the step as read may not be one whole iteration of the "
+        "script (see what one step held), or its time drifts. Shares of the step are unreliable here"))
+
+
+UNRELIABLE_STATES = ("contended", "inconsistent")
+
+
 def _stages_disagree(evidence: Evidence) -> str:
     """On a CPU, the profiler only adds work: a profiled step much faster than the profiler-free one says the
     timing ran under other conditions than the trace (a load that came and went), so shares of it mislead."""
@@ -63,13 +75,13 @@ def _stages_disagree(evidence: Evidence) -> str:
     if profiled_ms * STAGES_DISAGREE >= timing.median_ms:
         return ""
     return (f"the stages disagree: a profiled step took {profiled_ms:.3g} ms and a profiler-free one "
-            f"{timing.median_ms:.3g} ms, though profiling only adds work, so the timing ran under other conditions")
+            f"{timing.median_ms:.3g} ms, though profiling only adds work")
 
 
 def mark_unreliable(report: Report, hardware_rules: set[str]) -> None:
     """In a contended run, the verdicts that rest on shares of the step say so; the hardware layer's rules
     (``hardware_rules``) judge the machine itself, from the very figures that say it was busy."""
-    if report.quality.state != "contended":
+    if report.quality.state not in UNRELIABLE_STATES:
         return
     why = "measured while " + "; ".join(report.quality.reasons)
     for finding in report.findings:
@@ -110,18 +122,18 @@ def note_disagreeing_baselines(report: Report, hardware_rules: set[str]) -> None
             apart.append((finding.slug, v))
     if not apart:
         return
-    reason = _baselines_reason(timing, apart)
+    reason, seen_contended = _baselines_reason(timing, apart)
     report.quality.reasons.append(reason)
-    if report.quality.state != "contended":
-        report.quality.state = "contended"
-        report.quality.summary = (f"CONTENDED: {reason}. Shares of the step and the verdicts on them are "
-                                  "unreliable here")
+    if report.quality.state not in UNRELIABLE_STATES:
+        report.quality.state = "contended" if seen_contended else "inconsistent"
+        report.quality.summary = (f"{report.quality.state.upper()}: {reason}. Shares of the step and the verdicts on "
+                                  "them are unreliable here")
     else:
         report.quality.summary += f"; {reason}"
     mark_unreliable(report, hardware_rules)
 
 
-def _baselines_reason(timing, apart: list) -> str:
+def _baselines_reason(timing, apart: list) -> tuple[str, bool]:
     slugs = ", ".join(slug for slug, _ in apart)
     baseline_ms = statistics.median(v.baseline_ms for _, v in apart)
     busy_timing = judge(timing.conditions)
@@ -135,4 +147,4 @@ def _baselines_reason(timing, apart: list) -> str:
     else:
         which = "neither was seen contended (a load shorter than a stage, or a step whose time drifts)"
     return (f"the stages disagree: the timing stage measured {timing.median_ms:.3g} ms a step, the baselines "
-            f"timed beside the fixes of {slugs} {baseline_ms:.3g} ms; {which}")
+            f"timed beside the fixes of {slugs} {baseline_ms:.3g} ms; {which}", bool(busy_timing or busy_pairs))

@@ -109,7 +109,8 @@ class MeasurementQuality(Record):
     """How far the run's measurements can be trusted: the machine's conditions while the step was timed and
     while each fix was measured (``advisor/conditions.py``), judged once (``report/quality.py``)."""
 
-    state: Literal["quiet", "contended", "unknown"] = "unknown"
+    # inconsistent: the stages disagree though no contention was measured (a step misread, or a drifting step)
+    state: Literal["quiet", "contended", "inconsistent", "unknown"] = "unknown"
     summary: str = ""
     reasons: list[str] = Field(default_factory=list, description="what made the timing window contended")
     timing: MeasurementConditions | None = None

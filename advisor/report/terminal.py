@@ -32,7 +32,7 @@ def print_summary(report: Report, written: dict[str, str]) -> None:
         line += f" · step {t.median_ms:.3f} ms (IQR {t.p25_ms:.3f}–{t.p75_ms:.3f}, n={len(t.samples_ms)})"
     click.echo(line)
     if report.quality.state != "unknown":
-        contended = report.quality.state == "contended"
+        contended = report.quality.state in ("contended", "inconsistent")
         click.echo(click.style(f"Machine: {report.quality.summary}", fg="yellow" if contended else None))
     for contended_fix in report.quality.verifications:
         click.echo(click.style(f"Machine: measured under contention: {contended_fix}", fg="yellow"))
