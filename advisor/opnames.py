@@ -127,6 +127,7 @@ FILL_MASKS = frozenset({"masked_fill", "masked_fill_"})  # masked_fill(mask, -in
 WHERE_MASKS = frozenset({"torch.where"})  # where(keep, scores, -inf)
 ADDITIVE_MASKS = frozenset({"add", "torch.add", "add_"})  # scores + (0 / -inf)
 CASTS = frozenset({"float", "to", "type_as", "type", "half", "bfloat16"})
+SCORE_VIEWS = frozenset({"view", "reshape"})  # fairseq's (B * H, T, S) scores seen as (B, H, T, S) to mask, and back
 DROPOUT = frozenset({"F.dropout", "dropout"})
 # Factories whose result depends only on their arguments; with constant arguments, a constant.
 CONSTANT_FACTORIES = frozenset({

@@ -31,7 +31,8 @@ from __future__ import annotations
 from typing import Iterator
 
 from advisor.evidence import Evidence
-from advisor.rulekit.rule import Finding, Fix, Layer, Severity, Thresholds, rule
+from advisor.rulekit.helpers import NO_GPU_READ
+from advisor.rulekit.rule import Clean, Finding, Fix, Layer, Severity, Thresholds, rule
 
 DOCS = ["https://docs.nvidia.com/deploy/mps/index.html#topic_3_3_1_1"]
 
@@ -44,7 +45,10 @@ DOCS = ["https://docs.nvidia.com/deploy/mps/index.html#topic_3_3_1_1"]
     severity=Severity.MEDIUM,
 )
 def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
-    for gpu in ev.timing.conditions.gpus:
+    gpus = ev.timing.conditions.gpus
+    if not any(gpu.others for gpu in gpus):
+        yield Clean(why="no other process used the GPU while the step was timed" if gpus else NO_GPU_READ)
+    for gpu in gpus:
         if not gpu.others:
             continue
         named = ", ".join(f"{p.command or '?'} (pid {p.pid}" + (f", {p.memory_mb:.0f} MiB)" if p.memory_mb else ")")

@@ -33,7 +33,8 @@ from typing import Iterator
 
 from advisor.conditions import GPU_LOW_CLOCK_RATIO
 from advisor.evidence import Evidence, Margin
-from advisor.rulekit.rule import Finding, Fix, Layer, Severity, Threshold, Thresholds, rule
+from advisor.rulekit.helpers import NO_GPU_READ
+from advisor.rulekit.rule import Clean, Finding, Fix, Layer, Severity, Threshold, Thresholds, rule
 
 DOCS = ["https://docs.nvidia.com/deploy/nvml-api/group__nvmlClocksEventReasons.html"]
 
@@ -51,6 +52,9 @@ DOCS = ["https://docs.nvidia.com/deploy/nvml-api/group__nvmlClocksEventReasons.h
     },
 )
 def check(ev: Evidence, th: Thresholds) -> Iterator[Finding | Margin]:
+    if not any(gpu.clock_ratio is not None for gpu in ev.timing.conditions.gpus):
+        yield Clean(why="no GPU's clocks were read while the step was timed" if ev.timing.conditions.gpus
+                    else NO_GPU_READ)
     for gpu in ev.timing.conditions.gpus:
         ratio = gpu.clock_ratio
         if ratio is None:

@@ -9,7 +9,12 @@ What it detects:
     fixed op count or per-op time decides it. The step's work — its FLOPs at the measured matmul
     speed plus the bytes its innermost ops read and write at the measured copy bandwidth — must
     also explain at most ``max_work_share`` of it (a step of big operators is never a storm),
-    and a step of fewer than ``min_ops`` operators is too small to judge. The finding also says
+    and a step of fewer than ``min_ops`` operators is too small to judge. A step of at least
+    ``min_many_ops`` operators whose work explains at most ``max_many_ops_work_share`` of it is
+    reported whatever its dispatch share: the one-op floor understates what an operator costs in
+    a training step (autograd's recording, allocation), and twelve thousand operators of a few
+    microseconds each, doing almost no work, are what a compiled version removes (the fix
+    measures how much). The finding also says
     what the same operator count costs in kernel launches on a GPU, at an assumed
     ``gpu_launch_us`` per launch. On GPU, at least ``min_kernels`` kernels per step, most of
     them shorter than ``short_kernel_us``, with the GPU busy for less than ``max_gpu_busy`` of the
@@ -82,6 +87,9 @@ DOCS = ["https://pytorch.org/tutorials/intermediate/torch_compile_tutorial.html"
         "max_work_share": Threshold(0.75, "share of the step its FLOPs and bytes explain (CPU), above which the "
                                           "step is work, not overhead"),
         "min_ops": Threshold(64, "operators per step (CPU) below which a step is too small to judge", "count"),
+        "min_many_ops": Threshold(1000, "operators per step (CPU) from which a step whose work explains little of it is "
+                                        "reported whatever its dispatch share", "count"),
+        "max_many_ops_work_share": Threshold(0.5, "share of such a step its FLOPs and bytes may explain (CPU)"),
         "max_mean_op_us": Threshold(10, "mean µs per operator at or below which a step is a storm, when no "
                                         "dispatch floor was measured (a recorded trace)", "µs"),
         "gpu_launch_us": Threshold(5, "assumed host cost of one kernel launch on a GPU, for the CPU audit's "
@@ -125,13 +133,15 @@ def _cpu(ev: Evidence, trace: Trace, th: Thresholds) -> Iterator[Finding]:
         yield ev.share_margin("share of the step its FLOPs and bytes explain", work_share, th.max_work_share)
     if work_share is not None and work_share > th.max_work_share:
         return  # FLOPs and bytes explain the step: big operators, not overhead
+    # many operators doing little work: reported whatever the one-op floor says (it understates a training op)
+    many = work_share is not None and ops_per_step >= th.min_many_ops and work_share <= th.max_many_ops_work_share
     if floor_us:
         # Against the fastest timed step: the least disturbed by other load on the machine (a busy
         # core stretches every parallel region of the step, but not the single-op floor).
         quiet_ms = ev.timing.min_ms if ev.timing is not None and ev.timing.min_ms > 0 else step_ms
         share = ops_per_step * floor_us / (quiet_ms * 1000)
         yield ev.share_margin("dispatch share of the step", share, th.min_overhead_share)  # reported when silent too
-        if share < th.min_overhead_share:
+        if share < th.min_overhead_share and not many:
             return
         high = share >= th.high_overhead_share
     else:
@@ -148,6 +158,9 @@ def _cpu(ev: Evidence, trace: Trace, th: Thresholds) -> Iterator[Finding]:
             f"{ops_per_step:g} operators per step, {mean_op_us:.2g} µs each on average (step {step_ms:.3g} ms)"
             + (f": per-op dispatch alone takes {share:.0%} of the step" if share is not None else "")
             + (f" while its FLOPs and bytes explain {work_share:.0%}" if work_share is not None else "")
+            + (f": {ops_per_step:g} operators doing little work each, whose own overhead (dispatch, autograd's "
+               "recording, allocation) a compiled or fused version removes" if many and share is not None
+               and share < th.min_overhead_share else "")
             + _lines_clause(trace, top)
             + f". On a GPU the same operators would cost ~{launches_ms:.2g} ms of kernel launches per step "
               f"(at an assumed {th.gpu_launch_us:g} µs each), whatever the GPU's speed"

@@ -4,11 +4,14 @@ What it detects:
     In the captured graph (so only code that actually runs): a matmul of queries and keys
     (``q @ kᵀ``, ``torch.matmul``, ``bmm``, ``baddbmm`` or an ``einsum`` such as
     ``"bhqd,bhkd->bhqk"``, or ``"bqhd,bkhd->bhqk"`` on tensors laid out [batch, seq, heads, dim],
-    which the fix permutes for SDPA and back), optionally scaled (multiplied or divided, by a number or a 0-d
+    which the fix permutes for SDPA and back), in any layout of the sequence (batch-first or
+    time-first, heads apart or folded into the batch, the scores viewed as [batch, heads, q, k]
+    to be masked and back), optionally scaled (multiplied or divided, by a number or a 0-d
     tensor, before or after the matmul), masked (``masked_fill``, ``torch.where(mask, scores,
     min_value)``, or an added float mask) and cast, into ``softmax``, optionally cast back
-    (``.type(v.dtype)``) and dropped out (``F.dropout`` or an ``nn.Dropout`` module), into a
-    matmul with the values, where the attention weights are used for nothing else — the
+    (``.type(v.dtype)``, ``.type_as(scores)``) and dropped out (``F.dropout`` or an
+    ``nn.Dropout`` module), into a matmul with the values, where the attention weights are used
+    for nothing else — the fairseq form, the
     nanoGPT form and the "eager" attention functions of HF transformers alike. A mask built in
     the forward by ``tril`` / ``triu``, or read from a buffer whose values are a triangle, is a
     causal mask: ``is_causal=True``.

@@ -33,7 +33,8 @@ from __future__ import annotations
 from typing import Iterator
 
 from advisor.evidence import Evidence
-from advisor.rulekit.rule import Finding, Fix, Layer, Severity, Thresholds, rule
+from advisor.rulekit.helpers import NO_GPU_READ
+from advisor.rulekit.rule import Clean, Finding, Fix, Layer, Severity, Thresholds, rule
 
 DOCS = ["https://docs.nvidia.com/deploy/nvml-api/group__nvmlDeviceQueries.html"]
 
@@ -46,7 +47,9 @@ DOCS = ["https://docs.nvidia.com/deploy/nvml-api/group__nvmlDeviceQueries.html"]
     severity=Severity.MEDIUM,
 )
 def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
-    for gpu in ev.timing.conditions.gpus:
+    gpus = ev.timing.conditions.gpus
+    yield Clean(why="each GPU's PCIe link ran at its device's generation and width" if gpus else NO_GPU_READ)
+    for gpu in gpus:
         narrower = bool(gpu.pcie_width and gpu.max_pcie_width and gpu.pcie_width < gpu.max_pcie_width)
         older = bool(gpu.pcie_gen and gpu.max_pcie_gen and gpu.pcie_gen < gpu.max_pcie_gen)
         if not narrower and not older:

@@ -61,6 +61,7 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
         return
     constants = find_constants(ev.graph.calls(), name=lambda n: n.target, is_function=lambda n: n.op == "call_function",
                                inputs=lambda n: n.args, key=lambda n: n.id)
+    constants = [n for n in constants if not _written_later(ev.graph, n)]
     if not constants:
         yield Clean(why="the forward builds no constant tensor from scratch in each step")
         return
@@ -162,3 +163,17 @@ def fold_constants(graph_module: torch.fx.GraphModule, example_inputs: list[Any]
         with graph_module.graph.inserting_before(node):
             node.replace_all_uses_with(graph_module.graph.get_attr(name))
     return finish_graph(graph_module)
+
+
+def _written_later(graph, node: GraphNode) -> bool:
+    """A tensor built in the step that is then changed in place (an accumulator: ``zeros`` then ``index_add_``),
+    or handed on out of the captured graph (code past a graph break may change it): not a constant."""
+    digraph = graph.digraph
+    for successor in digraph.successors(node.id):
+        user = digraph.nodes[successor]["node"]
+        if user.op == "output":
+            return True
+        method = user.target.rsplit(".", 1)[-1]
+        if method.endswith("_") and not method.endswith("__") and user.args and user.args[0] == node.id:
+            return True
+    return False

@@ -354,6 +354,9 @@ def test_a_gpt_trainer_with_long_accumulation_and_an_evaluation_first_is_read_as
     assert _lines(report, "host-sync") == {line_of(script, "ITEM LINE")}  # the log line; never the memmap slicing
     assert _library_lines(report) == []
     assert report.flops is not None and "40 forwards of the model per step" in report.flops.note
+    # where the script calls its model for training, not the evaluation forward that ran first (estimate_loss)
+    assert report.target.forward_call.line == line_of(script, "TRAIN FORWARD LINE")
+    assert report.target.step.counts["forwards"] == {"GPT": 40} and report.target.step.counts["backwards"] == 40
 
 
 def test_a_trainer_class_with_callbacks_and_workers_gets_its_findings_at_its_lines(tmp_path):

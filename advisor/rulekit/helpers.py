@@ -69,3 +69,6 @@ def convolution_sites(ev) -> list[tuple[str, int, str]]:
 def no_calls(ev: Evidence, what: str) -> str:
     """A call-watching rule's reason for silence: none of ``what`` ran in the watched steps, or none were watched."""
     return f"no {what} ran in the watched steps" if ev.calls is not None else "the step's calls were not watched in this run"
+
+
+NO_GPU_READ = "no GPU's state was read while the step was timed (neither NVML nor nvidia-smi answered)"

@@ -20,6 +20,7 @@ from advisor.opnames import (
     FILL_MASKS,
     MULTIPLY_SCALES,
     SCORE_MATMULS,
+    SCORE_VIEWS,
     SOFTMAX,
     WHERE_MASKS,
 )
@@ -113,23 +114,28 @@ def find_attention(nodes: Iterable[N], name: Callable[[N], str], inputs: Callabl
             return einsum_role(equation(node) or "")
         return None
 
+    def _users(node: N) -> list[N]:
+        """Its users, less a ``type_as`` that reads it for its dtype only (``softmax(x.float()).type_as(x)``)."""
+        return [user for user in users(node)
+                if not (name(user) == "type_as" and len(inputs(user)) > 1 and inputs(user)[1] is node)]
+
     found = []
     for softmax in nodes:
         if name(softmax) not in SOFTMAX or not inputs(softmax):
             continue
         between, node = [], inputs(softmax)[0]
-        while name(node) in SCALES | MASKS | CASTS and inputs(node) and len(users(node)) == 1:
+        while name(node) in SCALES | MASKS | CASTS | SCORE_VIEWS and inputs(node) and len(_users(node)) == 1:
             between.append(node)
             node = _score_input(node, name, inputs)
             if node is None:
                 break
-        if node is None or role(node) not in ("matmul", "scores") or len(users(node)) != 1:
+        if node is None or role(node) not in ("matmul", "scores") or len(_users(node)) != 1:
             continue
         after, weights = [], softmax
-        while len(users(weights)) == 1 and name(users(weights)[0]) in CASTS | DROPOUT:
-            weights = users(weights)[0]
+        while len(_users(weights)) == 1 and name(_users(weights)[0]) in CASTS | DROPOUT:
+            weights = _users(weights)[0]
             after.append(weights)
-        consumers = users(weights)
+        consumers = _users(weights)
         if len(consumers) != 1 or role(consumers[0]) not in ("matmul", "output") \
                 or inputs(consumers[0])[0] is not weights:
             continue  # the weights are also used elsewhere (returned, logged): not replaceable

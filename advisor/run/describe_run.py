@@ -20,9 +20,9 @@ def the_model(window: StepWindow) -> tuple[Any, list[str]]:
     updated = {id(p) for o in window.optimizers.values() for g in o.param_groups for p in g["params"]}
 
     def rank(entry: list) -> tuple:
-        module, calls, _, _, size = entry
+        module, calls, _, _, size, _ = entry
         return (sum(1 for p in module.parameters() if id(p) in updated), size > 0, calls, size)
-    module, _, inputs, _, _ = max(window.outermost.values(), key=rank)
+    module, _, inputs, _, _, _ = max(window.outermost.values(), key=rank)
     return module, inputs or []
 
 

@@ -108,7 +108,9 @@ class StepWindow(ProfiledSteps, TrainingSigns):
         self.optimizer_steps: dict[int, int] = {}
         self.lead: int | None = None  # the optimizer whose steps end a step
         self.hooks: list = []
-        self.outermost: dict[int, list] = {}  # id -> [module, calls, first inputs described, the user's call site]
+        # id -> [module, calls, first inputs described, the user's call site (a forward with grad's, once one ran),
+        #        parameters, whether that site's call ran with grad]
+        self.outermost: dict[int, list] = {}
         self.optimizers: dict[int, Any] = {}
         self.loaders: dict[int, Any] = {}
         self.batches: dict[int, list] = {}  # each outermost module's first few calls' arguments (graph, routing)
@@ -192,11 +194,16 @@ class StepWindow(ProfiledSteps, TrainingSigns):
         if self.in_backward:
             return
         if self.depth == 0 and os.getpid() == self.owner:
+            import torch
+
             seen = self.outermost.get(id(module))
+            training = torch.is_grad_enabled()
             if seen is None:
                 seen = self.outermost[id(module)] = [module, 0, None, direct_user_caller(sys._getframe(1)),
-                                                     sum(p.numel() for p in module.parameters())]
+                                                     sum(p.numel() for p in module.parameters()), training]
                 self._rank_model(id(module))
+            elif training and not seen[5]:  # the training forward's line, not an evaluation's that came first
+                seen[3], seen[5] = direct_user_caller(sys._getframe(1)), True
             seen[1] += 1
             recorded = self.batches.setdefault(id(module), [])
             if len(recorded) < ROUTED_BATCHES and self.count <= self.warmup:

@@ -34,7 +34,9 @@ class WatchedRewrite:
         if not self.graphs:
             return ("torch.compile gave the fix's graph rewrite no graph to change (a forward Dynamo cannot "
                     "trace, such as one under torch.compiler.disable, runs as it is)")
-        return f"the fix's graph rewrite found nothing to change in the {self.graphs} graph(s) torch.compile captured"
+        said = self.described()
+        return (f"the fix's graph rewrite found nothing to change in the {self.graphs} graph(s) torch.compile captured"
+                + (f": {said}" if said else ""))
 
     def described(self) -> str:
         describe = getattr(self.backend, "describe", None)

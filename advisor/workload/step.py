@@ -1,6 +1,7 @@
 """One step of the user's workload, as advisor times and profiles it.
 
-Training: forward, loss, backward, optimizer step, zero_grad. Inference: forward under
+Training: forward, loss, backward, optimizer step, zero_grad (an optimizer whose step needs a closure, LBFGS,
+is given one holding the zero_grad, forward, loss and backward, and runs it as often as it needs). Inference: forward under
 ``torch.no_grad()`` (the model's train/eval flag is left as the user set it). Each call takes
 the next (inputs, batch) pair of the feed: the loader's real batches, or ``get_inputs()``.
 """
@@ -55,6 +56,21 @@ def make_step(target: Target, model: torch.nn.Module, feed: Feed, optimizer: Any
     loss_fn = target.loss_fn
     scaler = torch.amp.GradScaler(target.device.type) if target.grad_scaler else None
 
+    if optimizer is not None and needs_closure(optimizer):
+        def closure_step() -> Any:  # LBFGS: the optimizer runs the forward and backward as often as it needs
+            inputs, batch = next(data)
+
+            def closure() -> Any:
+                optimizer.zero_grad()
+                with precision():
+                    output = call_model(model, inputs)
+                    loss = loss_fn(output, batch) if loss_fn is not None else default_loss(output)
+                loss.backward()
+                return loss
+            with flags(), anomaly():
+                return optimizer.step(closure)
+        return closure_step
+
     def training_step() -> Any:
         inputs, batch = next(data)
         with flags(), anomaly():  # covers the backward too
@@ -74,6 +90,17 @@ def make_step(target: Target, model: torch.nn.Module, feed: Feed, optimizer: Any
                 optimizer.zero_grad()
         return loss
     return training_step
+
+
+def needs_closure(optimizer: Any) -> bool:
+    """An optimizer whose step must be given a closure (LBFGS): its ``closure`` parameter has no default."""
+    import inspect
+
+    try:
+        parameter = inspect.signature(optimizer.step).parameters.get("closure")
+    except (TypeError, ValueError):
+        return False
+    return parameter is not None and parameter.default is inspect.Parameter.empty
 
 
 def run_user_step(stage: str, target: Target, step: Callable[[], Any]) -> Any:

@@ -160,7 +160,7 @@ def main():
             print(f"step {iter_num}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}")
         for _micro_step in range(gradient_accumulation_steps):
             with ctx:
-                _, loss = model(X, Y)
+                _, loss = model(X, Y)  # TRAIN FORWARD LINE
                 loss = loss / gradient_accumulation_steps
             X, Y = get_batch("train")
             scaler.scale(loss).backward()
