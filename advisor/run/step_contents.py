@@ -72,6 +72,7 @@ class StepContents:
         self._parameters: Callable[[], list] = lambda: []
         self._by_hand: set[int] = set()
         self._discarding = False
+        self._restore: list[tuple[type, str, Any]] = []  # the methods wrapped while the step is read
 
     def install(self, parameters: Callable[[], list]) -> None:
         """Watch zero_grad and the scaler's steps; watch ``.data`` on parameters until an optimizer is created
@@ -83,6 +84,7 @@ class StepContents:
 
         def counted(owner: type, name: str, attribute: str) -> None:
             original = getattr(owner, name)
+            contents._restore.append((owner, name, original))
 
             @functools.wraps(original)
             def watched(*args, **kwargs):
@@ -179,6 +181,9 @@ class StepContents:
         """The warm-up is over: the timed steps run without the watches' bookkeeping."""
         self.counting = False
         self.stop_watching_data()
+        for owner, name, original in reversed(self._restore):  # the watched steps after see torch's own methods
+            setattr(owner, name, original)
+        self._restore.clear()
         self._versions.clear()
 
     def reading(self) -> dict | None:

@@ -44,7 +44,7 @@ def main() -> None:
     seq = Sequence().double()
     criterion = nn.MSELoss()
     optimizer = torch.optim.LBFGS(seq.parameters(), lr=0.8, max_iter=8)
-    for i in range(args.steps):
+    for _ in range(args.steps):
         def closure():
             optimizer.zero_grad()
             out = seq(input)  # FORWARD LINE

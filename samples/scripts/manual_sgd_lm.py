@@ -68,7 +68,8 @@ def main() -> None:
         model.train()
         total_loss = 0.0
         hidden = model.init_hidden(20)
-        for batch, i in enumerate(range(0, train_data.size(0) - 1, args.bptt)):
+        starts = range(0, train_data.size(0) - 1, args.bptt)
+        for i in starts:
             data, targets = get_batch(train_data, i, args.bptt)
             model.zero_grad()
             hidden = repackage_hidden(hidden)
@@ -79,7 +80,7 @@ def main() -> None:
             for p in model.parameters():
                 p.data.add_(p.grad, alpha=-args.lr)  # UPDATE LINE
             total_loss += loss.item()  # ITEM LINE
-        print(f"epoch {epoch}: loss {total_loss / (batch + 1):.3f}, ppl {math.exp(total_loss / (batch + 1)):.1f}")
+        print(f"epoch {epoch}: loss {total_loss / len(starts):.3f}, ppl {math.exp(total_loss / len(starts)):.1f}")
 
 
 if __name__ == "__main__":
