@@ -97,22 +97,34 @@ def innermost_user_frame(text: str, prefer: str | None = None) -> tuple[str, int
     return frames[-1] if frames else ("", 0, "")
 
 
-def user_frame_of(frame: Any) -> tuple[str, int] | None:
+def user_frame_of(frame: Any, library_fallback: bool = False) -> tuple[str, int] | None:
     """The user's frame that made this call: outwards through torch and the standard library.
 
-    None when advisor itself made it (the harness's own ``zero_grad``).
+    None when advisor itself made it (the harness's own ``zero_grad``). With ``library_fallback``, a call
+    no line of the user's leads to but an installed library's does (advisor's harness running a
+    transformers model: its router's ``nonzero``) is placed at the innermost such library line, so what
+    it costs is seen and said to be a library's (the engine keeps it LOW at most), not lost. A call the
+    user's line leads to through a library stays the user's line's: ``rearrange(x, ...)`` is theirs.
     """
+    in_library = None
     while frame is not None:
         filename = frame.f_code.co_filename
         if filename.startswith(ROUTING_DIR):
             frame = frame.f_back
             continue
         if filename.startswith(ADVISOR_DIR):
-            return None
+            return in_library if library_fallback else None
         if not is_library_path(filename):
             return filename, frame.f_lineno
+        if in_library is None and _third_party(filename):
+            in_library = filename, frame.f_lineno
         frame = frame.f_back
-    return None
+    return in_library if library_fallback else None
+
+
+def _third_party(path: str) -> bool:
+    """An installed library's file that is neither PyTorch's nor the standard library's."""
+    return not path.startswith((TORCH_DIR, STDLIB_DIR)) and any(marker in path for marker in INSTALLED_MARKERS)
 
 
 def direct_user_caller(frame: Any) -> tuple[str, int] | None:
@@ -125,9 +137,9 @@ def direct_user_caller(frame: Any) -> tuple[str, int] | None:
     return frame.f_code.co_filename, frame.f_lineno
 
 
-def user_frame(depth: int = 2) -> tuple[str, int] | None:
+def user_frame(depth: int = 2, library_fallback: bool = False) -> tuple[str, int] | None:
     """The innermost frame outside torch and advisor, seen from the caller's caller."""
-    return user_frame_of(sys._getframe(depth))
+    return user_frame_of(sys._getframe(depth), library_fallback)
 
 
 def site_label(file: str, line: int) -> str:

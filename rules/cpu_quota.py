@@ -36,7 +36,7 @@ from typing import Iterator
 from advisor.conditions import THROTTLED_SHARE
 from advisor.evidence import Evidence
 from advisor.rulekit.fixing import with_threads
-from advisor.rulekit.rule import Finding, Fix, Layer, Severity, Threshold, Thresholds, rule
+from advisor.rulekit.rule import Clean, Finding, Fix, Layer, Severity, Threshold, Thresholds, rule
 
 DOCS = ["https://docs.kernel.org/scheduler/sched-bwc.html",
         "https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html#utilize-openmp"]
@@ -54,14 +54,20 @@ DOCS = ["https://docs.kernel.org/scheduler/sched-bwc.html",
         "high_ratio": Threshold(2.0, "threads per core of quota that makes it high"),
     },
 )
-def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
+def check(ev: Evidence, th: Thresholds) -> Iterator[Finding | Clean]:
     conditions, threads = ev.timing.conditions, ev.env.torch_threads
     quota = conditions.quota_cores
-    if quota is None or not threads:
+    if quota is None:
+        yield Clean(why="no cgroup CPU quota (cpu.max) limits this process")
+        return
+    if not threads:
+        yield Clean(why="torch's intra-op thread count was not read")
         return
     throttled = conditions.throttled_share or 0.0
     over = threads > quota + th.min_excess
     if not over and throttled < th.throttled_share:
+        yield Clean(why=f"torch runs {threads} intra-op thread(s) within the CPU quota of {quota:g} cores, which "
+                        f"throttled {throttled:.0%} of its periods while the step was timed")
         return
     suggested = max(1, math.floor(quota))
     problems = []

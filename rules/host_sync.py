@@ -137,7 +137,7 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
         if host_reads:
             yield _host_reads_only(host_reads, host_per_step, steps)
         else:
-            yield Clean(why=f"no line of the user's code synced the host in the {steps} profiled step(s)"
+            yield Clean(why=f"no line of the user's code (nor of a library's above torch) synced the host in the {steps} profiled step(s)"
                         + ("" if ev.trace is not None else " (no trace: graph breaks on syncs only)"))
         return
     reported.sort(key=lambda s: (-s.count, s.file, s.line))

@@ -97,6 +97,7 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
                  + (f" (redundant clones: {share:.1%} of the step)" if share else "")),
         impact=share,
         evidence={"calls": len(found), "clone_share_of_step": round(share, 4) if share is not None else None,
+                  "clone_us_per_step": round(cost_us, 1) if cost_us is not None else None,
                   "sites": [[file, line, target] for file, line, target in sites]},
         locations=[Location.at(file, line, note=calls[0][1]) for (file, line, _), calls in list(sites.items())[:8]
                    if file],

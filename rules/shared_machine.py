@@ -37,7 +37,8 @@ from typing import Iterator
 from advisor.conditions import BUSY_SHARE, share_resolution
 from advisor.evidence import Evidence, Margin
 from advisor.rulekit.fixing import with_threads
-from advisor.rulekit.rule import Finding, Fix, Layer, Severity, Threshold, Thresholds, rule
+from advisor.rulekit.helpers import shares_unread
+from advisor.rulekit.rule import Clean, Finding, Fix, Layer, Severity, Threshold, Thresholds, rule
 
 DOCS = ["https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html#utilize-openmp"]
 
@@ -53,11 +54,12 @@ DOCS = ["https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html#utilize
         "high_share": Threshold(0.4, "... that makes it high: the step's numbers are largely the other job's"),
     },
 )
-def check(ev: Evidence, th: Thresholds) -> Iterator[Finding | Margin]:
+def check(ev: Evidence, th: Thresholds) -> Iterator[Finding | Margin | Clean]:
     conditions = ev.timing.conditions
     share = conditions.others_share
     if share is None:
-        return  # /proc unreadable: said in the report's measurement quality
+        yield Clean(why=shares_unread(ev, "other processes' use of the CPUs"))
+        return
     noise = max(0.02, share_resolution(conditions.wall_s))
     yield Margin(quantity="other processes' share of this process's CPUs", value=round(share, 4),
                  threshold=th.busy_share, noise=round(noise, 4))

@@ -31,7 +31,8 @@ from typing import Iterator
 
 from advisor.conditions import STEAL_SHARE, share_resolution
 from advisor.evidence import Evidence, Margin
-from advisor.rulekit.rule import Finding, Fix, Layer, Severity, Threshold, Thresholds, rule
+from advisor.rulekit.helpers import shares_unread
+from advisor.rulekit.rule import Clean, Finding, Fix, Layer, Severity, Threshold, Thresholds, rule
 
 
 @rule(
@@ -45,10 +46,11 @@ from advisor.rulekit.rule import Finding, Fix, Layer, Severity, Threshold, Thres
         "high_share": Threshold(0.25, "... that makes it high"),
     },
 )
-def check(ev: Evidence, th: Thresholds) -> Iterator[Finding | Margin]:
+def check(ev: Evidence, th: Thresholds) -> Iterator[Finding | Margin | Clean]:
     conditions = ev.timing.conditions
     steal = conditions.steal_share
     if steal is None:
+        yield Clean(why=shares_unread(ev, "steal time"))
         return
     yield Margin(quantity="steal time's share of the CPUs' time", value=steal, threshold=th.min_share,
                  noise=round(max(0.01, share_resolution(conditions.wall_s)), 4))

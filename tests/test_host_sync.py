@@ -80,6 +80,43 @@ def test_pytorch_internal_sync_in_one_hot_is_not_blamed_on_the_user(tmp_path):
 
 
 @pytest.mark.slow
+def test_a_sync_inside_an_installed_librarys_model_is_placed_there_and_low(tmp_path):
+    """A model file that only builds a library's model (a transformers MoE): no line of the user's leads to
+    the router's nonzero; it is found at the library's line, said to be the library's, LOW at most."""
+    library = tmp_path / "lib" / "python3.11" / "site-packages" / "routing_lib"
+    library.mkdir(parents=True)
+    write_model(library, """
+        import torch
+        class Router(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.gate = torch.nn.Linear(16, 4)
+                self.experts = torch.nn.ModuleList(torch.nn.Linear(16, 16) for _ in range(4))
+            def forward(self, x):
+                routes = self.gate(x).argmax(-1)
+                out = torch.zeros_like(x)
+                for index, expert in enumerate(self.experts):
+                    rows = (routes == index).nonzero().squeeze(-1)  # LIBRARY SYNC
+                    out[rows] = expert(x[rows])
+                return out
+    """, name="__init__.py")
+    path = write_model(tmp_path, f"""
+        import sys
+        import torch
+        sys.path.insert(0, {str(library.parent)!r})
+        from routing_lib import Router
+        def get_model(): return Router()
+        def get_inputs(): return torch.randn(64, 16)
+    """)
+    [finding] = _host_sync(audit(path, tmp_path / "out"))
+    [place] = finding.locations
+    assert (place.file, place.line) == (str(library / "__init__.py"), line_of(library / "__init__.py", "LIBRARY SYNC"))
+    assert place.count_per_step == 4
+    assert "no line of your code is involved" in finding.message
+    assert finding.severity.value == "low"
+
+
+@pytest.mark.slow
 def test_thresholds_change_what_is_reported(sample_audit, tmp_path):
     result = audit(SAMPLES / "host_sync.py", tmp_path / "out", settings=("host-sync.min_per_step=5",))
     assert _host_sync(result) == []  # each line syncs 4 times per step

@@ -290,7 +290,8 @@ def test_redundant_clones_and_no_op_contiguous(sample_audit):
         (line_of(SAMPLES / "redundant_clones.py", ".contiguous()  #"), "contiguous"),
         (line_of(SAMPLES / "redundant_clones.py", "hidden.clone()"), "clone")]
     assert all(site[0] == path for site in finding.evidence["sites"])
-    assert finding.evidence["clone_share_of_step"] > 0
+    # what the clones cost, read from the trace; their share of the step is as reliable as the machine was quiet
+    assert finding.evidence["clone_us_per_step"] > 0 and finding.evidence["clone_share_of_step"] is not None
 
 
 @pytest.mark.slow

@@ -8,6 +8,7 @@ import pytest
 from evidence_fixtures import DDP_DIR, recorded_samples, saved_evidence
 
 from advisor.commands.analyze import evidence_from_traces
+from advisor.machine_state import MeasurementConditions
 from advisor.rulekit.engine import RuleConfig
 from advisor.trace.parse import parse_trace
 from conftest import as_cuda, shared_trace
@@ -30,6 +31,21 @@ def test_every_silent_rule_explains_itself_on_each_samples_evidence(sample):
     evidence = saved_evidence(sample)
     assert unexplained(evidence) == []
     assert unexplained(as_cuda(evidence)) == []
+
+
+def test_machine_rules_explain_a_window_too_short_to_read_the_cpu_shares(machine_rules):
+    """A script's 20 steps of 2 ms (cleanrl's DQN): /proc's 10 ms ticks cannot share a 68 ms window, and no
+    quota is set; the machine-state rules say so rather than nothing."""
+    evidence = saved_evidence("clean_mlp")
+    short = MeasurementConditions(wall_s=0.068, cores_usable=2, unreadable=[
+        "the CPU shares: the window lasted 68 ms, and /proc counts CPU time in ticks of 10 ms"])
+    evidence = evidence.model_copy(update={"timing": evidence.timing.model_copy(update={"conditions": short})})
+    runs = []
+    RuleConfig.load().run(evidence, runs)  # the machine-state rules on, as in a user's run
+    decided = {run.slug: run for run in runs}
+    assert "window lasted 68 ms" in decided["shared-machine"].why and "window lasted 68 ms" in decided["steal-time"].why
+    assert decided["cpu-quota"].why.startswith("no cgroup CPU quota")
+    assert [run.slug for run in runs if run.status == "silent" and run.margin is None and not run.why] == []
 
 
 @pytest.mark.parametrize("job", ["ddp_clean", "ddp_train"])

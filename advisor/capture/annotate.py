@@ -55,7 +55,7 @@ class SourceAnnotator(TorchFunctionMode):
             return func(*args, **kwargs)
         if sys._getframe(1).f_code.co_filename.startswith(_OPTIMIZER_CODE):
             return func(*args, **kwargs)  # an optimizer's own work (Adam's step-count .item()): torch's, not a user call
-        where = user_frame(2)
+        where = user_frame(2, library_fallback=True)
         if where is None:
             result = func(*args, **kwargs)
         else:

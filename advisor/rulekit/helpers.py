@@ -71,4 +71,11 @@ def no_calls(ev: Evidence, what: str) -> str:
     return f"no {what} ran in the watched steps" if ev.calls is not None else "the step's calls were not watched in this run"
 
 
+def shares_unread(ev: Evidence, what: str) -> str:
+    """Why a machine-state rule measured nothing: the CPU shares could not be read in the timed window
+    (no /proc, or a window shorter than /proc's ticks can share), as the run's conditions say."""
+    reasons = [item for item in ev.timing.conditions.unreadable if "/proc" in item or "CPU shares" in item]
+    return f"{what} was not measured: " + ("; ".join(reasons) or "the run's conditions hold no CPU times")
+
+
 NO_GPU_READ = "no GPU's state was read while the step was timed (neither NVML nor nvidia-smi answered)"

@@ -62,7 +62,7 @@ class TrainingSigns:
         if self.kind == FORWARD:
             self._restart()
         if not self.optimizer_steps:
-            self.write("waiting.json", {"reason": reason, "forwards": sum(e[1] for e in self.outermost.values()),
+            self.write("waiting.json", {"reason": reason, "forwards": sum(e[1] for e in self.outermost.values() if e[4]),
                                         "ends_at": "each optimizer step" if self.optimizer_created else "each backward"})
 
 
