@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from advisor.evidence import TargetInfo, Timing
+from advisor.evidence import Environment, TargetInfo, Timing
 from advisor.report.compare import diff_reports, render_html, render_text
 from advisor.report.markdown import render_markdown
 from advisor.report.sarif import render_sarif
 from advisor.report.schema import Report, VerificationSettings
-from advisor.rulekit.engine import assign_ids
+from advisor.rulekit.identity import assign_ids
 from advisor.rulekit.rule import Finding, Fix, Layer, Location, Severity, Verification
 
 DATA = Path(__file__).parent / "data"
@@ -124,6 +124,68 @@ def test_two_findings_of_one_rule_at_one_place_are_two_in_the_diff():
     new = _report(findings=[_finding("host-sync", 9)])
     result = diff_reports(old, new)
     assert len(result.kept) == 1 and len(result.resolved) == 1 and result.added == []
+
+
+def _sited(lines_and_code: list[tuple[int, str]], impact: float = 0.3, message: str = "copies take 30%") -> Finding:
+    finding = _finding("non-contiguous", message=message)
+    finding.impact = impact
+    finding.locations = [Location(file="/w/model.py", line=line, code=code) for line, code in lines_and_code]
+    return finding
+
+
+def test_a_findings_identity_ignores_the_order_of_its_places():
+    """Two sites of nearly equal cost swap places between runs: the same finding, unchanged."""
+    old = _report(findings=[_sited([(7, "y = y.permute(0, 2, 1)"), (9, "z = z.transpose(1, 2)")])])
+    new = _report(findings=[_sited([(9, "z = z.transpose(1, 2)"), (7, "y = y.permute(0, 2, 1)")])])
+    result = diff_reports(old, new)
+    assert old.findings[0].id == new.findings[0].id
+    assert (result.added, result.resolved, len(result.kept), result.moved) == ([], [], 1, [])
+
+
+def test_a_findings_identity_survives_an_edit_above_it():
+    """Three lines added above the place: the code there is the same, the finding is kept and says it moved."""
+    old = _report(findings=[_sited([(7, "y = y.permute(0, 2, 1)")])])
+    new = _report(findings=[_sited([(10, "y  =  y.permute(0, 2, 1)")])])  # reformatted whitespace too
+    result = diff_reports(old, new)
+    assert result.added == [] and result.resolved == [] and len(result.kept) == 1
+    [(_, said)] = result.moved
+    assert "now at model.py:10 (was model.py:7)" in said and "now at model.py:10" in render_text(result)
+    changed = _report(findings=[_sited([(7, "y = y.permute(0, 1, 2)")])])  # the code at the place changed
+    assert len(diff_reports(old, changed).added) == 1
+
+
+def test_a_finding_whose_numbers_moved_is_unchanged_with_the_change_shown():
+    old = _report(findings=[_sited([(7, "y = y.permute(0, 2, 1)")], impact=0.61, message="61% of the step")])
+    new = _report(findings=[_sited([(7, "y = y.permute(0, 2, 1)")], impact=0.67, message="67% of the step")])
+    result = diff_reports(old, new)
+    assert (result.added, result.resolved) == ([], []) and not result.regressed
+    assert result.moved[0][1] == "share of the step 61.0% -> 67.0%"
+    assert "ADV102 non-contiguous: share of the step 61.0% -> 67.0%" in render_text(result)
+    assert "61.0% -&gt; 67.0%" in render_html(result)
+
+
+def test_identical_lines_in_one_file_are_told_apart_by_which_occurrence_they_are(tmp_path):
+    source = tmp_path / "model.py"
+    source.write_text("x = x.contiguous()\ny = 1\nx = x.contiguous()\n", encoding="utf-8")
+    first, second = (_finding() for _ in range(2))
+    first.locations = [Location(file=str(source), line=1, code="x = x.contiguous()")]
+    second.locations = [Location(file=str(source), line=3, code="x = x.contiguous()")]
+    assign_ids([second, first])
+    assert first.id != second.id and "-" not in first.id.split("-", 1)[1]  # no duplicate numbering needed
+
+
+def test_runs_on_different_machines_torch_or_devices_are_not_compared_on_time():
+    old, new = _report(10.0), _report(13.0)
+    old.environment = Environment(cpu_model="AMD EPYC 7B13", cpu_cores_available=2, torch_version="2.13.0")
+    new.environment = Environment(cpu_model="Intel Xeon 8481C", cpu_cores_available=2, torch_version="2.13.0")
+    result = diff_reports(old, new)
+    assert not result.regressed and "not judged (the runs differ in CPU AMD EPYC 7B13 vs Intel Xeon 8481C" in render_text(result)
+    new.environment = old.environment.model_copy(update={"torch_version": "2.14.0"})
+    assert "torch 2.13.0 vs 2.14.0" in diff_reports(old, new).incomparable
+    new.environment = old.environment
+    assert diff_reports(old, new).regressed  # the same machine: +30% is a regression
+    new.target = new.target.model_copy(update={"device": "cuda"})
+    assert not diff_reports(old, new).regressed and "device cpu vs cuda" in diff_reports(old, new).incomparable
 
 
 def _noisy(median: float, spread: float, n: int = 10, seed: int = 0) -> list[float]:

@@ -39,6 +39,7 @@ class Change:
     threshold: float
     judged: bool = True  # False: too few samples to compute an interval, or a run measured under contention
     contended: bool = False
+    incomparable: str = ""  # why the two runs' times say nothing of each other (another machine, torch, device)
 
     @property
     def verdict(self) -> str:
@@ -93,6 +94,12 @@ class ReportDiff:
     latency: list[LatencyChange] = field(default_factory=list)
 
     @property
+    def moved(self) -> list[tuple[Finding, str]]:
+        """Findings in both runs (the same rule at the same code) whose numbers, severity or lines moved, with
+        what moved: unchanged to the gate, shown so a reader sees the drift."""
+        return [(new, said) for old, new in self.kept if (said := what_moved(old, new))]
+
+    @property
     def contended(self) -> list[str]:
         """Which runs were measured on a contended machine, with what contended."""
         return [f"{label}: {report.quality.summary}" for label, report in (("old", self.old), ("new", self.new))
@@ -105,7 +112,13 @@ class ReportDiff:
         change = compare_samples(self.old.timing.samples_ms, self.new.timing.samples_ms, self.threshold)
         if change is not None and self.contended:
             change.judged, change.contended = False, True
+        if change is not None and self.incomparable:
+            change.judged, change.incomparable = False, self.incomparable
         return change
+
+    @property
+    def incomparable(self) -> str:
+        return incomparable(self.old, self.new)
 
     @property
     def step_change(self) -> float | None:
@@ -118,10 +131,11 @@ class ReportDiff:
         """The gate: the step, or a latency percentile, is slower beyond the threshold with the interval
         clear of it; or a readiness check got worse (pass -> warn/fail, warn -> fail)."""
         step = self.step
-        if step is not None and not step.contended and (
+        if step is not None and not step.contended and not step.incomparable and (
                 step.verdict == "slower" if step.judged else step.ratio - 1 > self.threshold):
             return True
-        if any(c is not None and c.verdict == "slower" for row in self.latency for c in (row.p50, row.p99)):
+        if not self.incomparable and any(c is not None and c.verdict == "slower"
+                                         for row in self.latency for c in (row.p50, row.p99)):
             return True
         return any(STATUS_RANK.get(c.new, 0) > STATUS_RANK.get(c.old, 0) and not c.borderline for c in self.checks)
 
@@ -156,7 +170,48 @@ def diff_reports(old: Report, new: Report, threshold: float = 0.05) -> ReportDif
     result.kept = [(old_by_key[k], f) for k, f in new_by_key.items() if k in old_by_key]
     if old.readiness is not None and new.readiness is not None:
         _diff_readiness(result, old.readiness, new.readiness)
+    if why := result.incomparable:
+        for change in (c for row in result.latency for c in (row.p50, row.p99) if c is not None):
+            change.judged, change.incomparable = False, why
     return result
+
+
+def incomparable(old: Report, new: Report) -> str:
+    """Why two runs' times cannot be compared, or '': another CPU or GPU model, core count, torch or device.
+    What a report does not record (an older report, a trace read offline) is not held against it."""
+    pairs = [("device", old.target.device, new.target.device)]
+    if old.environment is not None and new.environment is not None:
+        before, after = old.environment, new.environment
+        pairs += [("CPU", before.cpu_model, after.cpu_model), ("usable cores", before.cpu_cores_available,
+                  after.cpu_cores_available), ("torch", before.torch_version, after.torch_version),
+                  ("GPU", before.device_name, after.device_name)]
+    differ = [f"{what} {a} vs {b}" for what, a, b in pairs if a and b and a != b]
+    return f"the runs differ in {', '.join(differ)}: their times are not compared" if differ else ""
+
+
+def what_moved(old: Finding, new: Finding) -> str:
+    """What changed between two runs' records of one finding (its id held): '' when nothing did."""
+    changes = []
+    if old.severity != new.severity:
+        changes.append(f"severity {_value(old.severity)} -> {_value(new.severity)}")
+    if old.impact is not None and new.impact is not None and f"{old.impact:.1%}" != f"{new.impact:.1%}":
+        changes.append(f"share of the step {old.impact:.1%} -> {new.impact:.1%}")
+    elif old.margin is not None and new.margin is not None and old.margin.value != new.margin.value:
+        changes.append(f"{new.margin.quantity} {old.margin.value:.3g} -> {new.margin.value:.3g}")
+    before, after = _lines(old), _lines(new)
+    if before != after:
+        changes.append(f"now at {', '.join(after)} (was {', '.join(before)}): the code there is the same")
+    if not changes and old.message != new.message:
+        changes.append(f"its numbers moved: {new.message}")
+    return "; ".join(changes)
+
+
+def _value(severity) -> str:
+    return getattr(severity, "value", str(severity))
+
+
+def _lines(finding: Finding) -> list[str]:
+    return sorted(f"{os.path.basename(loc.file)}:{loc.line}" for loc in finding.locations if loc.file)
 
 
 def _diff_readiness(result: ReportDiff, old, new) -> None:
@@ -178,6 +233,8 @@ def _p99(samples: list[float]) -> float:
 
 
 def _said(change: Change) -> str:
+    if change.incomparable:
+        return f"{change.ratio - 1:+.1%}: not judged ({change.incomparable})"
     if change.contended:
         return f"{change.ratio - 1:+.1%}: not judged (a run was measured on a contended machine)"
     if not change.judged:
@@ -207,6 +264,7 @@ def render_text(diff: ReportDiff) -> str:
         lines.append(f"unreliable (in one run only, decided on a contended machine): {len(diff.unreliable)}")
         lines += [f"  {f.code} {f.slug}: {f.message}" for f in diff.unreliable]
     lines.append(f"unchanged: {len(diff.kept)}")
+    lines += [f"  {f.code} {f.slug}: {said}" for f, said in diff.moved]
     for check in diff.checks:
         lines.append(f"check {check.id}: {check.old} -> {check.new}"
                      + (" (borderline: decided within the noise of its threshold)" if check.borderline else ""))
@@ -238,6 +296,8 @@ border-bottom:1px solid #dde2ea}table{border-collapse:collapse;width:100%}</styl
 <h2>{{ title }} ({{ items|length }})</h2>
 <table>{% for f in items %}<tr><td>{{ f.code }}</td><td>{{ f.slug }}</td><td>{{ f.message }}</td></tr>{% endfor %}</table>
 {% endfor %}<p>Unchanged: {{ kept|length }}</p>
+{% if moved %}<table>{% for f, said in moved %}<tr><td>{{ f.code }}</td><td>{{ f.slug }}</td><td>{{ said }}</td></tr>
+{% endfor %}</table>{% endif %}
 {% if checks %}<h2>Readiness checks that changed</h2><table>
 {% for c in checks %}<tr><td>{{ c.id }}</td><td>{{ c.old }} → {{ c.new }}</td></tr>{% endfor %}</table>{% endif %}
 {% if latency %}<h2>Latency by batch size</h2><table><tr><th>batch</th><th>p50</th><th>p99</th></tr>
@@ -251,5 +311,5 @@ border-bottom:1px solid #dde2ea}table{border-collapse:collapse;width:100%}</styl
 def render_html(diff: ReportDiff) -> str:
     return _HTML.render(old=diff.old, new=diff.new, change=diff.step_change, regressed=diff.regressed,
                         threshold=diff.threshold, added=diff.added, resolved=diff.resolved, kept=diff.kept,
-                        borderline=diff.borderline, unreliable=diff.unreliable, contended=diff.contended,
+                        borderline=diff.borderline, unreliable=diff.unreliable, contended=diff.contended, moved=diff.moved,
                         checks=diff.checks, latency=diff.latency)

@@ -18,16 +18,12 @@ from typing import Iterable
 
 from advisor.evidence import Evidence, Margin
 from advisor.rulekit import severity
+from advisor.rulekit.identity import assign_ids
 from advisor.rulekit.needs import missing
 from advisor.rulekit.rule import Clean, Finding, Layer, Rule, RuleRun, Severity, Thresholds
 from advisor.rulekit.thresholds import SettingError, setting_value
 from advisor.sources import is_library_path
 from advisor.trace.gc_pause import gc_paused
-
-try:  # CPython's own SHA-1: hashlib's digest, without loading OpenSSL (3-10 ms of every start)
-    from _sha1 import sha1
-except ImportError:  # another interpreter
-    from hashlib import sha1
 
 
 @dataclass
@@ -246,19 +242,6 @@ def _stamped(rule: Rule, finding: Finding, thresholds: Thresholds, scale: Thresh
 
 def _files(locations: list) -> str:
     return ", ".join(sorted({os.path.basename(loc.file) for loc in locations}))
-
-
-def assign_ids(findings: list[Finding]) -> None:
-    """A stable id per finding: its rule and where it points, the same from run to run and from one
-    checkout to another (the file's name, not its folder; the message carries measured numbers, so it is
-    left out). Verification results come back by id, and ``advisor diff`` pairs two runs' findings by it."""
-    seen: dict[str, int] = {}
-    for finding in findings:
-        places = "|".join(f"{os.path.basename(loc.file)}:{loc.line}" for loc in finding.locations)
-        digest = sha1(f"{finding.slug}|{places}".encode()).hexdigest()[:8]
-        base = f"{finding.code}-{digest}"
-        seen[base] = seen.get(base, 0) + 1
-        finding.id = base if seen[base] == 1 else f"{base}-{seen[base]}"
 
 
 def _order(finding: Finding) -> tuple:

@@ -181,7 +181,7 @@ def _nest_host_events(trace: Trace, host_events: list[tuple[int, float, float, s
     starts: list[float] = []
     thread_ops: list[Op] = []
     ops, calls = trace.ops, trace.calls
-    call_sources: list[SourceRef] = []  # one per call, shared by the ops it ran
+    call_sources: list[SourceRef | None] = []  # one per call, shared by the ops it ran
     # In a trace advisor annotated, an op no annotation encloses was not called by a line of the user's
     # (a library's model, autograd): its Python frames name library files by paths the profiler cut short.
     annotated = trace.source_annotated
@@ -243,7 +243,10 @@ def _nest_host_events(trace: Trace, host_events: list[tuple[int, float, float, s
                 if source_call is not None:
                     source_call.step = step if step >= 0 and ts <= step_ends[step] else None
                     calls.append(source_call)
-                    call_sources.append(SourceRef(source_call.file, source_call.line, source_call.api, exact=True))
+                    # a library's call that no user line led to (advisor's harness running a library's model): a
+                    # call for the rules that read calls (a sync in it), no source for its ops: not the user's line
+                    call_sources.append(None if is_library_path(source_call.file) else
+                                        SourceRef(source_call.file, source_call.line, source_call.api, exact=True))
                     stack.append((end, depth, parent, len(calls) - 1, frame, loading))
             elif name.startswith(LOADER_RANGE):
                 stack.append((end, depth, parent, call, frame, True))
