@@ -148,6 +148,10 @@ class Timing(Record):
     conditions: MeasurementConditions | None = Field(default=None, description="the machine while the steps ran")
     remeasured: str = Field(default="", description="the steps were timed again once a contention passed, or "
                                                     "waited for in vain: what was seen, and how long it took")
+    windows_ms: list[float] = Field(default_factory=list, description="each timing window's median (a fresh model)")
+    windows_cost_s: float = Field(default=0.0, description="what the windows after the first cost: their warm-ups")
+    run_noise: float | None = Field(default=None, description="the windows' medians' relative standard deviation: "
+                                                              "run-to-run noise; None: fewer than two windows")
 
     @classmethod
     def of_samples(cls, samples_ms: list[float], timer: str, warmup: int) -> Timing:

@@ -11,12 +11,13 @@ from pathlib import Path
 import pytest
 
 from advisor.evidence import Environment, TargetInfo, Timing
-from advisor.report.compare import diff_reports, render_html, render_text
+from advisor.report.compare import between_runs, diff_reports, render_html, render_text
 from advisor.report.markdown import render_markdown
 from advisor.report.sarif import render_sarif
 from advisor.report.schema import Report, VerificationSettings
 from advisor.rulekit.identity import assign_ids
 from advisor.rulekit.rule import Finding, Fix, Layer, Location, Severity, Verification
+from advisor.workload.timing import run_noise
 
 DATA = Path(__file__).parent / "data"
 
@@ -28,7 +29,8 @@ def _report(step_ms: float = 10.0, findings: list[Finding] | None = None) -> Rep
         advisor_version="0.1.0", created="2026-01-01T00:00:00+00:00",
         target=TargetInfo(model_file="/w/model.py", model_class="Net", mode="train", device="cpu"),
         timing=Timing(timer="perf_counter", warmup_steps=3, samples_ms=[step_ms] * 10, median_ms=step_ms,
-                      p25_ms=step_ms, p75_ms=step_ms, min_ms=step_ms, cv=0.0),
+                      p25_ms=step_ms, p75_ms=step_ms, min_ms=step_ms, cv=0.0, windows_ms=[step_ms] * 3,
+                      run_noise=0.0),  # a run whose windows agreed exactly: only the samples' spread counts
         findings=findings,
         verification=VerificationSettings(combined=Verification(status="verified", speedup=1.5, ci_low=1.4,
                                                                 ci_high=1.6, samples=40)),
@@ -199,13 +201,44 @@ def test_the_diff_gate_decides_from_the_runs_own_spread():
     old.timing.samples_ms = [57.0, 58.0, 59.0, 61.0, 66.0, 70.0, 72.0, 75.0, 58.5, 60.0]
     new.timing.samples_ms = [54.0, 54.5, 55.0, 55.5, 56.0, 56.5, 57.0, 55.2, 54.8, 56.2]
     result = diff_reports(old, new, threshold=0.05)
-    assert result.step.verdict == "inconclusive" and not result.regressed
-    assert "inconclusive" in render_text(result)
+    assert result.step.verdict == "within noise" and not result.regressed
+    assert "within noise (±" in render_text(result)
     steady_old, steady_new = _report(), _report()
     steady_old.timing.samples_ms, steady_new.timing.samples_ms = _noisy(10.0, 0.01, 30), _noisy(12.0, 0.01, 30, seed=1)
     assert diff_reports(steady_old, steady_new).step.verdict == "slower" and diff_reports(steady_old, steady_new).regressed
     steady_new.timing.samples_ms = _noisy(10.1, 0.01, 30, seed=1)
     assert diff_reports(steady_old, steady_new).step.verdict == "unchanged"
+
+
+def _windowed(median: float, noise: float, seed: int) -> Report:
+    """A quiet run as the timing stage records one: 12 samples in three windows whose medians differ by ``noise``."""
+    report = _report(median)
+    rng = random.Random(seed)
+    medians = [median * (1 + noise * offset) for offset in (-1.0, 0.0, 1.0)]
+    report.timing.samples_ms = [m * (1 + rng.uniform(-0.005, 0.005)) for m in medians for _ in range(4)]
+    report.timing.windows_ms, report.timing.run_noise = medians, run_noise(medians)
+    return report
+
+
+def test_the_diff_gate_counts_the_noise_between_runs():
+    """Two audits of unchanged code differ by more than either's samples spread (gpt_block: +10% [+5.8%, +15.9%]
+    from within-run samples alone, both runs quiet): the windows' spread widens the interval, so such a pair
+    is within noise, while a 25% slower step is still caught."""
+    old = _windowed(32.5, 0.03, seed=0)
+    flapping = diff_reports(old, _windowed(35.75, 0.03, seed=1))
+    assert flapping.step.verdict == "within noise" and not flapping.regressed
+    assert flapping.step.noise > 0.05 and "run-to-run" in render_text(flapping)
+    assert diff_reports(_windowed(35.75, 0.03, seed=1), old).step.verdict == "within noise"  # and back: no "faster"
+    slower = diff_reports(old, _windowed(32.5 * 1.25, 0.03, seed=2))
+    assert slower.step.verdict == "slower" and slower.regressed
+
+
+def test_a_run_that_did_not_measure_its_noise_counts_as_the_measured_worst():
+    old, new = _windowed(10.0, 0.0, seed=0), _windowed(11.0, 0.0, seed=1)
+    assert diff_reports(old, new).regressed  # both measured their windows: agreeing exactly, +10% is real
+    new.timing.windows_ms, new.timing.run_noise = [], None  # a script's window: no run-to-run figure
+    assert diff_reports(old, new).step.noise == pytest.approx(between_runs(old.timing, new.timing))
+    assert not diff_reports(old, new).regressed
 
 
 def test_a_finding_decided_within_its_noise_is_borderline_not_added_or_resolved():

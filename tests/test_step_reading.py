@@ -22,9 +22,11 @@ def _run(script: str, tmp_path, *args, **options):
 
 
 def _unimodal(samples: list[float]) -> bool:
-    """No two kinds of step mixed: the slowest timed step within 3x the fastest (a loss module's call counted as a
-    step beside the model's was ~100x shorter)."""
-    return max(samples) < 3 * min(samples)
+    """No two kinds of step mixed: no timed step far shorter than the typical one (a loss module's call counted as a
+    step beside the model's was ~100x shorter). One-sided, because a loaded machine only makes a step longer: a
+    preempted step at 3x the median is contention, not a second kind of step."""
+    typical = sorted(samples)[len(samples) // 2]
+    return min(samples) > typical / 10
 
 
 def test_a_trainer_with_no_optimizer_steps_at_each_backward_and_finds_its_one_sync(tmp_path):

@@ -53,12 +53,12 @@ def _timing(state: dict, progress: Callable[[str], None]) -> str:
 
     target = state["target"]
     spec = state["spec"]
-    step = make_step(target, *target.fresh())
-    run_user_step("timing", target, step)  # a failing step is reported at the user's line
+    run_user_step("timing", target, make_step(target, *target.fresh()))  # a failing step: reported at the user's line
 
     def time_once():
-        return time_steps(step, target.device, warmup=spec.get("warmup", 3), min_samples=spec.get("min_samples", 10),
-                          budget_s=spec.get("timing_budget_s", 3.0), on_sample=lambda n: progress(f"{n} timed steps"))
+        return time_steps(lambda: make_step(target, *target.fresh()), target.device, warmup=spec.get("warmup", 3),
+                          min_samples=spec.get("min_samples", 10), budget_s=spec.get("timing_budget_s", 3.0),
+                          on_sample=lambda n: progress(f"{n} timed steps"))
     return timed_when_quiet(time_once, spec.get("wait_for_quiet_s", quiet_wait_s()), progress).model_dump_json()
 
 

@@ -11,15 +11,17 @@ is "unreliable", not added or resolved.
 
 from __future__ import annotations
 
+import math
 import os
 import statistics
 from dataclasses import dataclass, field
 
 from jinja2 import Environment, select_autoescape
 
+from advisor.evidence import Timing
 from advisor.report.schema import Report
 from advisor.rulekit.rule import Finding
-from advisor.stats import percentile, ratio_interval
+from advisor.stats import percentile, ratio_interval, t_quantile
 
 
 class DiffInputError(ValueError):
@@ -27,6 +29,11 @@ class DiffInputError(ValueError):
 
 
 MIN_SAMPLES = 5  # fewer timed steps than this on either side: the change is reported, not judged
+# The run-to-run noise of a report that did not measure its own (a script's window, a slow step timed in one
+# window, a report from before the windows): the most seen between identical audits on a quiet shared machine
+# (bench/gate_noise.py), taken as if measured from three windows.
+UNKNOWN_RUN_NOISE = 0.03
+UNKNOWN_RUN_WINDOWS = 3
 
 
 @dataclass
@@ -37,6 +44,7 @@ class Change:
     ci_low: float
     ci_high: float
     threshold: float
+    noise: float = 0.0  # the run-to-run part of the interval's half-width, relative (0.04: ±4%)
     judged: bool = True  # False: too few samples to compute an interval, or a run measured under contention
     contended: bool = False
     incomparable: str = ""  # why the two runs' times say nothing of each other (another machine, torch, device)
@@ -48,13 +56,21 @@ class Change:
         if self.ci_high < 1 - self.threshold:
             return "faster"
         if self.ci_low <= 1 - self.threshold or self.ci_high >= 1 + self.threshold:
-            return "inconclusive"  # the interval reaches past the threshold: the runs are too noisy to call it
+            return "within noise"  # the interval reaches past the threshold: the runs are too noisy to call it
         return "unchanged"
 
+    @property
+    def half_width(self) -> float:
+        """The interval's half-width, relative: the noise a verdict had to clear."""
+        return max(self.ratio - self.ci_low, self.ci_high - self.ratio) / self.ratio if self.ratio > 0 else 0.0
 
-def compare_samples(old: list[float], new: list[float], threshold: float, statistic=None) -> Change | None:
-    """The change of ``statistic`` (the median) from ``old`` to ``new`` samples, with a bootstrap 95%
-    interval: each side resampled on its own. Called a change only when the interval clears the threshold."""
+
+def compare_samples(old: list[float], new: list[float], threshold: float, statistic=None,
+                    run_noise: float = 0.0) -> Change | None:
+    """The change of ``statistic`` (the median) from ``old`` to ``new`` samples, with a 95% interval: the
+    bootstrap's (each side resampled on its own: the noise inside each run) widened by ``run_noise`` (the
+    half-width, relative, that runs of the same code differ by: ``between_runs``), combined in log space.
+    Called a change only when the interval clears the threshold."""
     statistic = statistic or statistics.median
     if not old or not new or statistic(old) <= 0:
         return None
@@ -62,7 +78,22 @@ def compare_samples(old: list[float], new: list[float], threshold: float, statis
     if len(old) < MIN_SAMPLES or len(new) < MIN_SAMPLES:
         return Change(ratio, ratio, ratio, threshold, judged=False)
     low, high = ratio_interval(old, new, statistic)
-    return Change(ratio, low, high, threshold)
+    if run_noise > 0 and ratio > 0:
+        centre = math.log(ratio)
+        within = max(centre - math.log(max(low, 1e-12)), math.log(high) - centre)
+        half = math.hypot(within, math.log1p(run_noise))
+        low, high = math.exp(centre - half), math.exp(centre + half)
+    return Change(ratio, low, high, threshold, noise=run_noise)
+
+
+def between_runs(old: Timing | None, new: Timing | None) -> float:
+    """The 95% half-width, relative, of the ratio of two runs' step times that comes from run-to-run noise:
+    Student's t over the windows' degrees of freedom times both runs' noise combined. A run that did not
+    measure its noise counts as UNKNOWN_RUN_NOISE."""
+    sides = [(timing.run_noise, len(timing.windows_ms)) if timing is not None and timing.run_noise is not None
+             else (UNKNOWN_RUN_NOISE, UNKNOWN_RUN_WINDOWS) for timing in (old, new)]
+    freedom = max(1, sum(windows - 1 for _, windows in sides))
+    return t_quantile(freedom) * math.hypot(*(noise for noise, _ in sides))
 
 
 @dataclass
@@ -109,7 +140,8 @@ class ReportDiff:
     def step(self) -> Change | None:
         if self.old.timing is None or self.new.timing is None:
             return None
-        change = compare_samples(self.old.timing.samples_ms, self.new.timing.samples_ms, self.threshold)
+        change = compare_samples(self.old.timing.samples_ms, self.new.timing.samples_ms, self.threshold,
+                                 run_noise=between_runs(self.old.timing, self.new.timing))
         if change is not None and self.contended:
             change.judged, change.contended = False, True
         if change is not None and self.incomparable:
@@ -241,7 +273,8 @@ def _said(change: Change) -> str:
         verdict = "REGRESSION" if change.ratio - 1 > change.threshold else "not judged (fewer than 5 samples)"
         return f"{change.ratio - 1:+.1%}: {verdict}"
     verdict = {"slower": "REGRESSION", "faster": "faster", "unchanged": "within threshold",
-               "inconclusive": "inconclusive (the runs' spread reaches past the threshold)"}[change.verdict]
+               "within noise": f"within noise (±{change.half_width:.1%}"
+                               + (f", ±{change.noise:.1%} of it run-to-run)" if change.noise else ")")}[change.verdict]
     return f"{change.ratio - 1:+.1%} [{change.ci_low - 1:+.1%}, {change.ci_high - 1:+.1%}]: {verdict}"
 
 
@@ -252,7 +285,8 @@ def render_text(diff: ReportDiff) -> str:
         lines.append("step time: not comparable (a report has no timing)")
     else:
         lines.append(f"step time: {diff.old.timing.median_ms:.4g} ms -> {diff.new.timing.median_ms:.4g} ms "
-                     f"({_said(step)}; threshold ±{diff.threshold:.0%}, 95% interval of the ratio of medians)")
+                     f"({_said(step)}; threshold ±{diff.threshold:.0%}, 95% interval of the ratio of medians, "
+                     "the noise inside each run and between runs)")
     for title, findings in (("added", diff.added), ("resolved", diff.resolved)):
         lines.append(f"{title}: {len(findings)}")
         lines += [f"  {f.code} {f.slug}: {f.message}" for f in findings]
@@ -289,7 +323,7 @@ border-bottom:1px solid #dde2ea}table{border-collapse:collapse;width:100%}</styl
 {% for run in contended %}<p class="bad">Unreliable {{ run }}</p>{% endfor %}
 {% if change is not none %}<p>Step time {{ "%.4g"|format(old.timing.median_ms) }} ms → {{ "%.4g"|format(new.timing.median_ms) }} ms:
 <span class="{{ 'bad' if regressed else 'good' }}">{{ "%+.1f"|format(change * 100) }}%</span>
-(threshold +{{ "%.0f"|format(threshold * 100) }}%)</p>{% else %}<p>Step time not comparable.</p>{% endif %}
+(threshold ±{{ "%.0f"|format(threshold * 100) }}%; {{ said }})</p>{% else %}<p>Step time not comparable.</p>{% endif %}
 {% for title, items in [("Added", added), ("Resolved", resolved),
                          ("Borderline (one run only, within the noise of its threshold)", borderline),
                          ("Unreliable (one run only, decided on a contended machine)", unreliable)] %}
@@ -309,7 +343,9 @@ border-bottom:1px solid #dde2ea}table{border-collapse:collapse;width:100%}</styl
 
 
 def render_html(diff: ReportDiff) -> str:
+    step = diff.step
     return _HTML.render(old=diff.old, new=diff.new, change=diff.step_change, regressed=diff.regressed,
+                        said=_said(step) if step is not None else "",
                         threshold=diff.threshold, added=diff.added, resolved=diff.resolved, kept=diff.kept,
                         borderline=diff.borderline, unreliable=diff.unreliable, contended=diff.contended, moved=diff.moved,
                         checks=diff.checks, latency=diff.latency)

@@ -29,7 +29,8 @@ def print_summary(report: Report, written: dict[str, str]) -> None:
     line = f"{target.model_class or target.model_file} · {target.mode} · {target.device}"
     if report.timing is not None:
         t = report.timing
-        line += f" · step {t.median_ms:.3f} ms (IQR {t.p25_ms:.3f}–{t.p75_ms:.3f}, n={len(t.samples_ms)})"
+        line += f" · step {t.median_ms:.3f} ms (IQR {t.p25_ms:.3f}–{t.p75_ms:.3f}, n={len(t.samples_ms)}" + (
+            f"; run-to-run ±{t.run_noise:.1%} over {len(t.windows_ms)} windows" if t.run_noise is not None else "") + ")"
     click.echo(line)
     if report.quality.state != "unknown":
         contended = report.quality.state in ("contended", "inconsistent")

@@ -1,14 +1,17 @@
 """Step timing without the profiler: warm-up, then synchronized repeated steps.
 
 CUDA events on GPU (device time between the step's first and last launch, synchronized);
-``time.perf_counter_ns`` around each step on CPU. Samples are collected until both a minimum
-count and a minimum time are reached (so a transient cannot dominate a fast model) and the
-median is known to within MEDIAN_PRECISION (a noisy machine takes more samples, so two runs
-compare: see ``advisor diff``), or until the maximum count or the time budget runs out.
+``time.perf_counter_ns`` around each step on CPU. The step is timed in a few windows, each on a fresh
+copy of the model (``time_steps``): their medians' spread is the run-to-run noise ``advisor diff`` and
+``advisor ready`` judge with. In each window samples are collected until both a minimum count and a
+minimum time are reached (so a transient cannot dominate a fast model) and the median is known to within
+MEDIAN_PRECISION (a noisy machine takes more samples), or until the maximum count or the budget runs out.
 """
 
 from __future__ import annotations
 
+import math
+import statistics
 import time
 from typing import Any, Callable
 
@@ -22,8 +25,11 @@ MIN_SAMPLES_SLOW = 3
 MEDIAN_PRECISION = 0.025  # half-width of the median's ~95% interval, over the median
 
 
+WINDOWS = 3  # timing windows, each on a fresh copy of the model warmed up again: their spread is run-to-run noise
+
+
 def time_steps(
-    step: Callable[[], Any],
+    make_step: Callable[[], Callable[[], Any]],
     device: torch.device,
     warmup: int = 3,
     min_samples: int = 10,
@@ -31,32 +37,72 @@ def time_steps(
     min_time_s: float = 0.5,
     budget_s: float = 3.0,
     on_sample: Callable[[int], None] | None = None,
+    windows: int = WINDOWS,
 ) -> Timing:
-    for _ in range(warmup):
-        step()
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+    """Time the step in ``windows`` windows, each on a fresh step from ``make_step()`` (a fresh copy of the
+    model and its inputs: new allocations, a new memory layout) warmed up again, the samples pooled. Two runs
+    of the same code differ by more than the spread inside either (memory layout, caches, clocks); the
+    windows' medians carry that between-run spread into the report (``Timing.run_noise``), at the cost of
+    the extra warm-ups (``Timing.windows_cost_s``). A window starts only while the budget lasts: a slow step
+    gets fewer windows, and one window says nothing of run-to-run noise."""
     timer = "cuda-event" if device.type == "cuda" else "perf_counter"
     timed = timer_for(device)
-
-    def measure() -> float:
-        return timed(step)
+    per_window = max(4, math.ceil(min_samples / windows))
     samples: list[float] = []
+    medians: list[float] = []
+    extra_s = 0.0
     with Watch() as watch:  # what else ran on these CPUs meanwhile: part of the evidence
         started = time.perf_counter()
-        while len(samples) < max_samples:
-            samples.append(measure())
-            if on_sample is not None:
-                on_sample(len(samples))
-            elapsed = time.perf_counter() - started
-            if len(samples) >= min_samples and elapsed >= min_time_s and (
-                    elapsed >= budget_s or median_half_width(samples) <= MEDIAN_PRECISION):
+        for index in range(windows):
+            if index and time.perf_counter() - started >= budget_s:
                 break
-            if len(samples) >= MIN_SAMPLES_SLOW and elapsed >= budget_s:
-                break  # a slow step: a few samples within the budget beat a long wait
+            began = time.perf_counter()
+            step = make_step()
+            for _ in range(warmup):
+                step()
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            if index:
+                extra_s += time.perf_counter() - began
+            window = _window(step, timed, per_window, max_samples // windows, min_time_s / windows,
+                             budget_s / windows, len(samples), on_sample)
+            samples += window
+            medians.append(statistics.median(window))
     timing = Timing.of_samples(samples, timer, warmup)
     timing.conditions = watch.conditions
+    timing.windows_ms = [round(m, 4) for m in medians]
+    timing.windows_cost_s = round(extra_s, 3)
+    timing.run_noise = run_noise(medians)
     return timing
+
+
+def _window(step: Callable[[], Any], timed: Callable[[Callable[[], Any]], float], min_samples: int,
+            max_samples: int, min_time_s: float, budget_s: float, before: int,
+            on_sample: Callable[[int], None] | None) -> list[float]:
+    """One window's samples: until a minimum count and time and the window's median is known to within
+    MEDIAN_PRECISION (pooled, the windows' median is known better), or the window's budget runs out."""
+    samples: list[float] = []
+    started = time.perf_counter()
+    while len(samples) < max(max_samples, min_samples):
+        samples.append(timed(step))
+        if on_sample is not None:
+            on_sample(before + len(samples))
+        elapsed = time.perf_counter() - started
+        if len(samples) >= min_samples and elapsed >= min_time_s and (
+                elapsed >= budget_s or median_half_width(samples) <= MEDIAN_PRECISION):
+            break
+        if len(samples) >= MIN_SAMPLES_SLOW and elapsed >= budget_s:
+            break  # a slow step: a few samples within the budget beat a long wait
+    return samples
+
+
+def run_noise(medians: list[float]) -> float | None:
+    """The windows' relative spread (standard deviation of their medians over their mean): how much one
+    run's step time moves against another's of the same code. None from fewer than two windows."""
+    if len(medians) < 2:
+        return None
+    mean = statistics.fmean(medians)
+    return round(statistics.stdev(medians) / mean, 5) if mean > 0 else None
 
 
 def timer_for(device: torch.device) -> Callable[[Callable[[], Any]], float]:
