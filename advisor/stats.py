@@ -95,3 +95,31 @@ def ratio_median_interval(ratios: Sequence[float], resamples: int = RESAMPLES) -
     half = t_quantile(len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
     centre = statistics.fmean(logs)
     return min(low, math.exp(centre - half)), max(high, math.exp(centre + half))
+
+
+def relative_spread(values: Sequence[float]) -> float | None:
+    """Standard deviation over mean: how much independent windows (or runs) of the same code differ.
+    None from fewer than two values."""
+    if len(values) < 2:
+        return None
+    mean = statistics.fmean(values)
+    return round(statistics.stdev(values) / mean, 5) if mean > 0 else None
+
+
+def run_to_run_half_width(sides: Sequence[tuple[float, int]]) -> float:
+    """The 95% half-width, relative, that run-to-run noise adds: Student's t over the windows' degrees of
+    freedom times the sides' relative spreads combined. ``sides``: (spread, windows) of each run (one side
+    for one run's value against a fixed budget, two for a ratio of two runs)."""
+    freedom = max(1, sum(windows - 1 for _, windows in sides))
+    return t_quantile(freedom) * math.hypot(*(spread for spread, _ in sides))
+
+
+def widened(value: float, low: float, high: float, half_width: float) -> tuple[float, float]:
+    """The interval (low, high) around ``value`` widened by a further relative ``half_width`` of independent
+    noise, combined in log space (both are relative errors of a positive quantity)."""
+    if half_width <= 0 or value <= 0:
+        return low, high
+    centre = math.log(value)
+    inside = max(centre - math.log(max(low, 1e-12)), math.log(max(high, 1e-12)) - centre)
+    half = math.hypot(inside, math.log1p(half_width))
+    return math.exp(centre - half), math.exp(centre + half)

@@ -17,7 +17,7 @@ from advisor.report.sarif import render_sarif
 from advisor.report.schema import Report, VerificationSettings
 from advisor.rulekit.identity import assign_ids
 from advisor.rulekit.rule import Finding, Fix, Layer, Location, Severity, Verification
-from advisor.workload.timing import run_noise
+from advisor.stats import relative_spread
 
 DATA = Path(__file__).parent / "data"
 
@@ -216,7 +216,7 @@ def _windowed(median: float, noise: float, seed: int) -> Report:
     rng = random.Random(seed)
     medians = [median * (1 + noise * offset) for offset in (-1.0, 0.0, 1.0)]
     report.timing.samples_ms = [m * (1 + rng.uniform(-0.005, 0.005)) for m in medians for _ in range(4)]
-    report.timing.windows_ms, report.timing.run_noise = medians, run_noise(medians)
+    report.timing.windows_ms, report.timing.run_noise = medians, relative_spread(medians)
     return report
 
 
@@ -261,7 +261,7 @@ def test_readiness_reports_diff_by_check_status_and_latency_percentiles():
 
     def ready(status: str, p_ms: float) -> Report:
         row = LatencyRow(batch_size=8)
-        _fill(row, _noisy(p_ms, 0.02, 100))
+        _fill(row, [_noisy(p_ms, 0.02, 34, seed=k) for k in range(3)])
         report = _report(findings=[])
         report.readiness = Readiness(checks=[ReadyCheck(id="export", status=status, message="m")], latency=[row])
         return report

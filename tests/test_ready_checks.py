@@ -37,17 +37,19 @@ MODEL = str(SAMPLES / "ready" / "size_branch.py")
 SHORTENED = MODEL[-37:]  # Dynamo's guard messages cut long paths from the left, wherever the checkout lies
 
 
-def _row(size: int, centre_ms: float, spread: float = 0.05, n: int = 200) -> LatencyRow:
-    """A latency row of ``n`` seeded calls; each test gets its own copy of the one computed (its percentiles'
-    bootstrap intervals are most of this file's time)."""
-    return copy.deepcopy(_computed_row(size, centre_ms, spread, n))
+def _row(size: int, centre_ms: float, spread: float = 0.05, n: int = 200, drift: float = 0.0) -> LatencyRow:
+    """A latency row of ``n`` seeded calls in three windows (the second ``drift`` slower, the third as much
+    faster: run-to-run noise); each test gets its own copy of the one computed (its percentiles' bootstrap
+    intervals are most of this file's time)."""
+    return copy.deepcopy(_computed_row(size, centre_ms, spread, n, drift))
 
 
 @functools.lru_cache(maxsize=None)
-def _computed_row(size: int, centre_ms: float, spread: float, n: int) -> LatencyRow:
+def _computed_row(size: int, centre_ms: float, spread: float, n: int, drift: float) -> LatencyRow:
     rng = random.Random(size)
     row = LatencyRow(batch_size=size)
-    _fill(row, [centre_ms * (1 + rng.uniform(-spread, spread)) for _ in range(n)])
+    _fill(row, [[centre_ms * (1 + shift) * (1 + rng.uniform(-spread, spread)) for _ in range(n // 3)]
+                for shift in (0.0, drift, -drift)])
     row.peak_memory_mb = size * 1.5
     return row
 
@@ -81,6 +83,20 @@ def test_the_budget_picks_the_largest_batch_whose_p99_meets_it_and_flags_a_borde
     borderline = decide(_healthy(), ReadyOptions(latency_budget_ms=(row8.p99.ms + row8.p99.ci_high) / 2))
     assert borderline.check("latency-budget").status == "warn" and "borderline" in borderline.check("latency-budget").message
     assert _statuses(_healthy(), latency_budget_ms=0.5)["latency-budget"] == "fail"
+
+
+def test_a_p99_within_run_to_run_noise_of_its_budget_is_borderline_either_side():
+    steady, drifting = _row(8, 2.0, spread=0.02), _row(8, 2.0, spread=0.02, drift=0.06)
+    assert steady.run_noise < 0.01 < drifting.run_noise and len(drifting.windows_ms) == 3
+    assert drifting.p99.ci_high - drifting.p99.ci_low > steady.p99.ci_high - steady.p99.ci_low  # the noise is in it
+
+    def check(budget_ms: float):
+        return decide(_healthy(latency=[drifting]), ReadyOptions(latency_budget_ms=budget_ms)).check("latency-budget")
+    above, below = check(drifting.p99.ms * 1.04), check(drifting.p99.ms * 0.96)  # clear of the samples' own interval
+    assert steady.p99.ci_high < steady.p99.ms * 1.04 and steady.p99.ci_low > steady.p99.ms * 0.96
+    assert (above.status, below.status) == ("warn", "warn") and above.borderline and below.borderline
+    assert "run-to-run ±" in below.message and "borderline" in below.message
+    assert check(drifting.p99.ms * 2).status == "pass" and check(drifting.p99.ms / 2).status == "fail"
 
 
 def test_latency_measured_beside_another_job_is_marked_and_never_a_change_for_diff():

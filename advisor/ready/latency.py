@@ -2,7 +2,9 @@
 
 Warm-up calls are excluded; each call is timed alone (CUDA events on GPU, perf_counter_ns on
 CPU) under torch.inference_mode(). At least MIN_SAMPLES calls (or the time budget) per batch
-size, up to TARGET_SAMPLES for a p99 worth the name. Each percentile gets a bootstrap interval;
+size, up to TARGET_SAMPLES for a p99 worth the name, in WINDOWS windows, each on a fresh batch
+warmed up again: the windows' p50s differ as two runs would (the run-to-run noise). Each
+percentile gets a bootstrap interval widened by that noise, so a budget within it is borderline;
 a p99 from fewer than P99_SAMPLES calls is flagged as an estimate.
 """
 
@@ -18,7 +20,7 @@ from advisor.conditions import Watch
 from advisor.ready.measured import MemoryBudget
 from advisor.ready.places import first_line, raised_at
 from advisor.report.readiness import LatencyRow, Percentile
-from advisor.stats import percentile, statistic_interval
+from advisor.stats import percentile, relative_spread, run_to_run_half_width, statistic_interval, widened
 from advisor.workload.target import call_model
 from advisor.workload.timing import timer_for
 
@@ -26,6 +28,7 @@ WARMUP_CALLS = 5
 MIN_SAMPLES = 50
 TARGET_SAMPLES = 300
 P99_SAMPLES = 100  # below this the top 1% is one call or none: an estimate
+WINDOWS = 3  # each on a fresh batch warmed up again: their p50s' spread is the run-to-run noise
 
 
 def measure_latency(model: torch.nn.Module, batch_of: Callable[[int], Any], sizes: list[int],
@@ -36,42 +39,52 @@ def measure_latency(model: torch.nn.Module, batch_of: Callable[[int], Any], size
         row = LatencyRow(batch_size=size)
         rows.append(row)
         try:
-            inputs = batch_of(size)
             peak = PeakMemory(device)
-            with torch.inference_mode():
-                for _ in range(WARMUP_CALLS):
-                    call_model(model, inputs)
-                with Watch() as watch:
-                    samples = _timed(lambda inputs=inputs: call_model(model, inputs), timer, seconds_per_size)
-                row.conditions = watch.conditions
+            windows = []
+            with torch.inference_mode(), Watch() as watch:
+                for _ in range(WINDOWS):
+                    inputs = batch_of(size)  # a fresh batch: new allocations, as another run's would be
+                    for _ in range(WARMUP_CALLS):
+                        call_model(model, inputs)
+                    windows.append(_timed(lambda inputs=inputs: call_model(model, inputs), timer,
+                                          seconds_per_size / WINDOWS))
+            row.conditions = watch.conditions
             row.peak_memory_mb = peak.read_mb()
         except Exception as failure:  # noqa: BLE001 - this batch size fails: the check says where
             row.error = f"{type(failure).__name__}: {first_line(failure)}"
             row.error_location = raised_at(failure, model_file)
             continue
-        _fill(row, samples)
+        _fill(row, windows)
     return rows
 
 
 def _timed(call: Callable[[], Any], timer: Callable[[Callable[[], Any]], float], seconds: float) -> list[float]:
     samples: list[float] = []
     began = time.monotonic()
-    while len(samples) < MIN_SAMPLES or (len(samples) < TARGET_SAMPLES and time.monotonic() - began < seconds):
+    while len(samples) < MIN_SAMPLES / WINDOWS or (len(samples) < TARGET_SAMPLES / WINDOWS
+                                                   and time.monotonic() - began < seconds):
         samples.append(timer(call))
     return samples
 
 
-def _fill(row: LatencyRow, samples: list[float]) -> None:
+def _fill(row: LatencyRow, windows: list[list[float]]) -> None:
+    """The row's percentiles from its windows' pooled calls, each interval widened by the windows' spread."""
+    samples = [s for window in windows for s in window]
     row.samples, row.samples_ms = len(samples), [round(s, 5) for s in samples]
-    row.p50, row.p90, row.p99 = (percentile_with_interval(samples, q) for q in (50, 90, 99))
+    row.windows_ms = [round(statistics.median(window), 5) for window in windows]
+    row.run_noise = relative_spread(row.windows_ms)
+    noise = run_to_run_half_width([(row.run_noise, len(windows))]) if row.run_noise is not None else 0.0
+    row.p50, row.p90, row.p99 = (percentile_with_interval(samples, q, noise) for q in (50, 90, 99))
     row.p50_ms, row.p90_ms, row.p99_ms = row.p50.ms, row.p90.ms, row.p99.ms
     row.p99_estimate = len(samples) < P99_SAMPLES
     row.throughput_per_s = round(row.batch_size / (statistics.fmean(samples) / 1000), 2)
 
 
-def percentile_with_interval(samples: list[float], q: float) -> Percentile:
-    low, high = statistic_interval(samples, lambda resampled: percentile(resampled, q))
-    return Percentile(ms=round(percentile(samples, q), 5), ci_low=round(low, 5), ci_high=round(high, 5))
+def percentile_with_interval(samples: list[float], q: float, run_noise: float = 0.0) -> Percentile:
+    """The q-th percentile with its bootstrap interval, widened by ``run_noise`` (a relative half-width)."""
+    value = percentile(samples, q)
+    low, high = widened(value, *statistic_interval(samples, lambda resampled: percentile(resampled, q)), run_noise)
+    return Percentile(ms=round(value, 5), ci_low=round(low, 5), ci_high=round(high, 5))
 
 
 class PeakMemory:

@@ -11,17 +11,15 @@ is "unreliable", not added or resolved.
 
 from __future__ import annotations
 
-import math
 import os
 import statistics
 from dataclasses import dataclass, field
 
 from jinja2 import Environment, select_autoescape
 
-from advisor.evidence import Timing
 from advisor.report.schema import Report
 from advisor.rulekit.rule import Finding
-from advisor.stats import percentile, ratio_interval, t_quantile
+from advisor.stats import percentile, ratio_interval, run_to_run_half_width, widened
 
 
 class DiffInputError(ValueError):
@@ -77,23 +75,16 @@ def compare_samples(old: list[float], new: list[float], threshold: float, statis
     ratio = statistic(new) / statistic(old)
     if len(old) < MIN_SAMPLES or len(new) < MIN_SAMPLES:
         return Change(ratio, ratio, ratio, threshold, judged=False)
-    low, high = ratio_interval(old, new, statistic)
-    if run_noise > 0 and ratio > 0:
-        centre = math.log(ratio)
-        within = max(centre - math.log(max(low, 1e-12)), math.log(high) - centre)
-        half = math.hypot(within, math.log1p(run_noise))
-        low, high = math.exp(centre - half), math.exp(centre + half)
+    low, high = widened(ratio, *ratio_interval(old, new, statistic), run_noise)
     return Change(ratio, low, high, threshold, noise=run_noise)
 
 
-def between_runs(old: Timing | None, new: Timing | None) -> float:
-    """The 95% half-width, relative, of the ratio of two runs' step times that comes from run-to-run noise:
-    Student's t over the windows' degrees of freedom times both runs' noise combined. A run that did not
-    measure its noise counts as UNKNOWN_RUN_NOISE."""
-    sides = [(timing.run_noise, len(timing.windows_ms)) if timing is not None and timing.run_noise is not None
-             else (UNKNOWN_RUN_NOISE, UNKNOWN_RUN_WINDOWS) for timing in (old, new)]
-    freedom = max(1, sum(windows - 1 for _, windows in sides))
-    return t_quantile(freedom) * math.hypot(*(noise for noise, _ in sides))
+def between_runs(*runs) -> float:
+    """The 95% half-width, relative, that run-to-run noise adds to the ratio of two runs' times. ``runs``:
+    what each run measured (a Timing, or a readiness LatencyRow), with its windows' medians (``windows_ms``)
+    and their spread (``run_noise``); a run that did not measure its noise counts as UNKNOWN_RUN_NOISE."""
+    return run_to_run_half_width([(run.run_noise, len(run.windows_ms)) if getattr(run, "run_noise", None) is not None
+                                  else (UNKNOWN_RUN_NOISE, UNKNOWN_RUN_WINDOWS) for run in runs])
 
 
 @dataclass
@@ -254,10 +245,11 @@ def _diff_readiness(result: ReportDiff, old, new) -> None:
     for row in new.latency:
         if row.error or not row.samples_ms or row.batch_size not in old_rows:
             continue
-        previous = old_rows[row.batch_size].samples_ms
+        before = old_rows[row.batch_size]
+        noise = between_runs(before, row)
         result.latency.append(LatencyChange(
-            row.batch_size, compare_samples(previous, row.samples_ms, result.threshold),
-            compare_samples(previous, row.samples_ms, result.threshold, statistic=_p99)))
+            row.batch_size, compare_samples(before.samples_ms, row.samples_ms, result.threshold, run_noise=noise),
+            compare_samples(before.samples_ms, row.samples_ms, result.threshold, statistic=_p99, run_noise=noise)))
 
 
 def _p99(samples: list[float]) -> float:

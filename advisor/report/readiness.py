@@ -39,6 +39,9 @@ class LatencyRow(Record):
     error_location: Location | None = None
     p99_estimate: bool = Field(default=False, description="too few samples for p99 to be more than an estimate")
     conditions: MeasurementConditions | None = Field(default=None, description="the machine while it was timed")
+    windows_ms: list[float] = Field(default_factory=list, description="each timing window's p50 (a fresh batch)")
+    run_noise: float | None = Field(default=None, description="the windows' p50s' relative standard deviation: "
+                                                              "run-to-run noise, in every percentile's interval")
 
 
 class ReadyCheck(Record):

@@ -19,7 +19,7 @@ import torch
 
 from advisor.conditions import Watch, judge, wait_for_quiet
 from advisor.evidence import Timing
-from advisor.stats import median_half_width
+from advisor.stats import median_half_width, relative_spread
 
 MIN_SAMPLES_SLOW = 3
 MEDIAN_PRECISION = 0.025  # half-width of the median's ~95% interval, over the median
@@ -72,7 +72,7 @@ def time_steps(
     timing.conditions = watch.conditions
     timing.windows_ms = [round(m, 4) for m in medians]
     timing.windows_cost_s = round(extra_s, 3)
-    timing.run_noise = run_noise(medians)
+    timing.run_noise = relative_spread(medians)
     return timing
 
 
@@ -94,15 +94,6 @@ def _window(step: Callable[[], Any], timed: Callable[[Callable[[], Any]], float]
         if len(samples) >= MIN_SAMPLES_SLOW and elapsed >= budget_s:
             break  # a slow step: a few samples within the budget beat a long wait
     return samples
-
-
-def run_noise(medians: list[float]) -> float | None:
-    """The windows' relative spread (standard deviation of their medians over their mean): how much one
-    run's step time moves against another's of the same code. None from fewer than two windows."""
-    if len(medians) < 2:
-        return None
-    mean = statistics.fmean(medians)
-    return round(statistics.stdev(medians) / mean, 5) if mean > 0 else None
 
 
 def timer_for(device: torch.device) -> Callable[[Callable[[], Any]], float]:

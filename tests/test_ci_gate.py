@@ -1,0 +1,48 @@
+"""The CI recipe of the README (examples/ci_gate.sh), run as a CI job would: the gate holds on unchanged code,
+catches a step made much slower, and says which file it could not audit."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT, SAMPLES
+
+pytestmark = pytest.mark.slow
+GATE = ROOT / "examples" / "ci_gate.sh"
+SAMPLE = SAMPLES / "gpt_block.py"
+
+
+def _gate(baseline, pr, out) -> subprocess.CompletedProcess:
+    environment = {**os.environ, "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]}
+    assert shutil.which("advisor", path=environment["PATH"]), "advisor is not installed beside this Python"
+    return subprocess.run(["sh", str(GATE), str(baseline), str(pr), str(out)], capture_output=True, text=True,
+                          env=environment, timeout=600)
+
+
+def _copy(tmp_path, folder: str, batch: str = "(8, 128)"):
+    (tmp_path / folder).mkdir()
+    copy = tmp_path / folder / "gpt_block.py"
+    copy.write_text(SAMPLE.read_text(encoding="utf-8").replace("(8, 128)", batch), encoding="utf-8")
+    return copy
+
+
+def test_the_gate_passes_unchanged_code_and_catches_a_step_four_times_the_work(tmp_path):
+    unchanged = _gate(SAMPLE, _copy(tmp_path, "pr"), tmp_path / "same")
+    assert unchanged.returncode == 0, unchanged.stdout + unchanged.stderr
+    assert "step time:" in unchanged.stdout and (tmp_path / "same" / "diff.html").is_file()
+    assert "added: 0" in unchanged.stdout and "resolved: 0" in unchanged.stdout
+    slower = _gate(SAMPLE, _copy(tmp_path, "big", "(32, 128)"), tmp_path / "big-out")
+    contended = "not judged (a run was measured on a contended machine)" in slower.stdout
+    assert slower.returncode == 1 or contended, slower.stdout + slower.stderr  # under load: said, not judged
+    assert "REGRESSION" in slower.stdout or contended
+
+
+def test_the_gate_exits_2_naming_a_file_it_could_not_audit(tmp_path):
+    missing = tmp_path / "gone.py"
+    result = _gate(missing, SAMPLE, tmp_path / "out")
+    assert result.returncode == 2 and str(missing) in result.stderr
