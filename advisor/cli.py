@@ -25,6 +25,7 @@ from advisor.report.terminal import print_problems, print_summary
 from advisor.report.write import write_reports
 from advisor.rulekit import severity
 from advisor.rulekit.engine import BrokenInstall, load_rules
+from advisor.rulekit.rule import Severity
 from advisor.rulekit.thresholds import SettingError, with_settings
 from advisor.trace.gc_pause import gc_paused
 from advisor.version import __version__
@@ -236,18 +237,45 @@ def _analyze(options: AnalyzeOptions, first_path: str, out_dir: str, chosen: tup
               help="Change (0.05 = 5%) the 95% interval of the step time (or a latency percentile) must "
                    "clear before the diff calls it; exit 1 on a regression or a readiness check that got worse.")
 @click.option("--html", "html_path", type=click.Path(dir_okay=False), help="Also write the diff as HTML here.")
-def diff(old_report, new_report, threshold, html_path) -> None:
-    """Compare two JSON reports: step time, findings, readiness checks and latency (exit 1 on regression)."""
+@click.option("--fail-on", type=click.Choice([s.value for s in Severity]), default=None,
+              help="Also exit 1 when the new report adds a finding at or above this severity (default: only a "
+                   "regression fails).")
+@click.option("--remeasure", is_flag=True,
+              help="OLD and NEW are two model files: time their steps against each other, interleaved in one fresh "
+                   "process (a diff within noise settled); outputs are not compared.")
+@click.option("--budget", type=click.FloatRange(min=1), default=60.0, show_default=True,
+              help="--remeasure: seconds of interleaved pairs.")
+@click.option("--pairs", type=click.IntRange(min=2), default=None, metavar="N",
+              help="--remeasure: exactly N pairs instead of --budget.")
+def diff(old_report, new_report, threshold, html_path, fail_on, remeasure, budget, pairs) -> None:
+    """Compare two JSON reports: step time, findings, readiness checks and latency (exit 1 on regression);
+    with --remeasure, time two model files against each other."""
     from advisor.commands.diff import DiffOptions, run_diff
     from advisor.report.compare import DiffInputError
 
+    if remeasure:
+        _remeasure(old_report, new_report, threshold, budget, pairs)
     try:
         result = run_diff(DiffOptions(old_report=old_report, new_report=new_report, threshold=threshold,
-                                      html_path=html_path))
+                                      html_path=html_path, fail_on=fail_on))
     except DiffInputError as bad:
         fail(str(bad))
     except OSError as bad:
         fail(f"{html_path}: cannot write the HTML diff: {bad.strerror}")
+    click.echo(result.text)
+    sys.exit(result.exit_code)
+
+
+def _remeasure(old_file: str, new_file: str, threshold: float, budget: float, pairs: int | None) -> None:
+    from advisor.commands.remeasure import RemeasureOptions, run_remeasure
+    from advisor.report.compare import DiffInputError
+
+    try:
+        result = run_remeasure(RemeasureOptions(old_file=old_file, new_file=new_file, threshold=threshold,
+                                                budget=budget, pairs=pairs),
+                               lambda text: click.echo(f"advisor: {text}", err=True))
+    except DiffInputError as bad:
+        fail(str(bad))
     click.echo(result.text)
     sys.exit(result.exit_code)
 

@@ -8,7 +8,8 @@
 #   0  no regression: the step time is within its threshold or within the noise of the two runs, and no
 #      readiness check got worse (a run on a contended machine is not judged on time: the diff says so)
 #   1  a regression: the step (or a latency percentile) slower beyond --threshold with its whole 95% interval,
-#      run-to-run noise included, past it; or a readiness check that got worse
+#      run-to-run noise included, past it; a readiness check that got worse; or a HIGH finding the PR added
+#      (--fail-on high: one in a run only and decided within its noise is borderline, not added)
 #   2  advisor could not audit a file or read a report (the message names which and why)
 set -u
 baseline=$1 pr=$2 out=$3
@@ -19,4 +20,4 @@ for side in baseline pr; do
     [ $? -le 1 ] || exit 2
 done
 old=$(ls "$out"/baseline/*.json) new=$(ls "$out"/pr/*.json)
-advisor diff "$old" "$new" --html "$out/diff.html"
+advisor diff "$old" "$new" --fail-on high --html "$out/diff.html"

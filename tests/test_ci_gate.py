@@ -46,3 +46,20 @@ def test_the_gate_exits_2_naming_a_file_it_could_not_audit(tmp_path):
     missing = tmp_path / "gone.py"
     result = _gate(missing, SAMPLE, tmp_path / "out")
     assert result.returncode == 2 and str(missing) in result.stderr
+
+
+def _advisor(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "advisor", *args], capture_output=True, text=True, timeout=600)
+
+
+def test_remeasure_times_two_model_files_interleaved_and_calls_four_times_the_work_a_regression(tmp_path):
+    slower = _advisor("diff", "--remeasure", str(SAMPLE), str(_copy(tmp_path, "big", "(32, 128)")), "--pairs", "6")
+    assert slower.returncode == 1 and "REGRESSION" in slower.stdout, slower.stdout + slower.stderr
+    assert "interleaved pairs in one fresh process" in slower.stdout and "outputs not" in slower.stdout
+
+
+def test_remeasure_refuses_a_script_naming_it(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text("print('training')\n", encoding="utf-8")
+    refused = _advisor("diff", "--remeasure", str(SAMPLE), str(script))
+    assert refused.returncode == 2 and f"{script}: not a model file" in refused.stderr and "Traceback" not in refused.stderr

@@ -121,6 +121,23 @@ def test_diff_cli_exit_codes(tmp_path):
     assert "Traceback" not in unwritable.stderr
 
 
+def test_diff_fails_on_an_added_finding_only_at_or_above_the_severity_asked(tmp_path):
+    from advisor.commands.diff import DiffOptions, run_diff
+
+    old, new = tmp_path / "old.json", tmp_path / "new.json"
+    old.write_text(_report(findings=[]).model_dump_json())
+    new.write_text(_report().model_dump_json())  # the same step, one HIGH finding added
+
+    def gate(fail_on):
+        return run_diff(DiffOptions(old_report=str(old), new_report=str(new), fail_on=fail_on))
+    assert gate(None).exit_code == 0 and gate("low").exit_code == 1
+    failing = gate("high")
+    assert failing.exit_code == 1 and "FAIL: 1 finding(s) added at or above high: ADV102 non-contiguous" in failing.text
+    kept = tmp_path / "kept.json"
+    kept.write_text(_report().model_dump_json())
+    assert run_diff(DiffOptions(old_report=str(new), new_report=str(kept), fail_on="low")).exit_code == 0  # not added
+
+
 def test_two_findings_of_one_rule_at_one_place_are_two_in_the_diff():
     old = _report(findings=[_finding("host-sync", 9), _finding("host-sync", 9)])
     new = _report(findings=[_finding("host-sync", 9)])
@@ -202,7 +219,7 @@ def test_the_diff_gate_decides_from_the_runs_own_spread():
     new.timing.samples_ms = [54.0, 54.5, 55.0, 55.5, 56.0, 56.5, 57.0, 55.2, 54.8, 56.2]
     result = diff_reports(old, new, threshold=0.05)
     assert result.step.verdict == "within noise" and not result.regressed
-    assert "within noise (±" in render_text(result)
+    assert "within noise (±" in render_text(result) and "advisor diff --remeasure" in render_text(result)
     steady_old, steady_new = _report(), _report()
     steady_old.timing.samples_ms, steady_new.timing.samples_ms = _noisy(10.0, 0.01, 30), _noisy(12.0, 0.01, 30, seed=1)
     assert diff_reports(steady_old, steady_new).step.verdict == "slower" and diff_reports(steady_old, steady_new).regressed

@@ -13,16 +13,28 @@ class DiffOptions:
     new_report: str
     threshold: float = 0.05
     html_path: str | None = None
+    fail_on: str | None = None  # a severity: an added finding at or above it fails the gate too
 
 
 @dataclass
 class DiffResult:
     diff: ReportDiff
     text: str
+    fail_on: str | None = None
+
+    @property
+    def failing_findings(self) -> list:
+        """Findings the new run added (not borderline, not decided on a contended machine) at or above fail_on."""
+        if self.fail_on is None:
+            return []
+        from advisor.rulekit.rule import Severity
+
+        floor = Severity(self.fail_on).rank
+        return [f for f in self.diff.added if f.severity is not None and f.severity.rank >= floor]
 
     @property
     def exit_code(self) -> int:
-        return 1 if self.diff.regressed else 0
+        return 1 if self.diff.regressed or self.failing_findings else 0
 
 
 def run_diff(options: DiffOptions) -> DiffResult:
@@ -31,4 +43,8 @@ def run_diff(options: DiffOptions) -> DiffResult:
     if options.html_path:
         with open(options.html_path, "w", encoding="utf-8") as handle:
             handle.write(render_html(compared))
-    return DiffResult(compared, render_text(compared))
+    result = DiffResult(compared, render_text(compared), options.fail_on)
+    if failing := result.failing_findings:
+        result.text += (f"\nFAIL: {len(failing)} finding(s) added at or above {options.fail_on}: "
+                        + ", ".join(f"{f.code} {f.slug}" for f in failing))
+    return result

@@ -69,7 +69,7 @@ class ModelFile:
                                       settings=options.settings, disabled=options.disabled,
                                       experiment=entry != self.entry), self.progress, self.rules).report
 
-    def measure(self, patched: str, label: str, seconds: float, tolerance: float, through_loader: bool,
+    def measure(self, patched: str, label: str, seconds: float, tolerance: float | None, through_loader: bool,
                 chosen: list[Finding], files: FileSession) -> Verification:
         options = self.options
         spec = {"model_file": self.entry, "mode": options.mode, "device": options.device,

@@ -256,7 +256,7 @@ def _p99(samples: list[float]) -> float:
     return percentile(samples, 99)
 
 
-def _said(change: Change) -> str:
+def said(change: Change) -> str:
     if change.incomparable:
         return f"{change.ratio - 1:+.1%}: not judged ({change.incomparable})"
     if change.contended:
@@ -277,8 +277,11 @@ def render_text(diff: ReportDiff) -> str:
         lines.append("step time: not comparable (a report has no timing)")
     else:
         lines.append(f"step time: {diff.old.timing.median_ms:.4g} ms -> {diff.new.timing.median_ms:.4g} ms "
-                     f"({_said(step)}; threshold ±{diff.threshold:.0%}, 95% interval of the ratio of medians, "
+                     f"({said(step)}; threshold ±{diff.threshold:.0%}, 95% interval of the ratio of medians, "
                      "the noise inside each run and between runs)")
+        if step.judged and step.verdict == "within noise" and diff.old.target.model_file:
+            lines.append("  to settle it: advisor diff --remeasure OLD_MODEL_FILE NEW_MODEL_FILE (the two revisions "
+                         "timed against each other, interleaved)")
     for title, findings in (("added", diff.added), ("resolved", diff.resolved)):
         lines.append(f"{title}: {len(findings)}")
         lines += [f"  {f.code} {f.slug}: {f.message}" for f in findings]
@@ -295,7 +298,7 @@ def render_text(diff: ReportDiff) -> str:
         lines.append(f"check {check.id}: {check.old} -> {check.new}"
                      + (" (borderline: decided within the noise of its threshold)" if check.borderline else ""))
     for row in diff.latency:
-        parts = [f"{name} {_said(change)}" for name, change in (("p50", row.p50), ("p99", row.p99)) if change is not None]
+        parts = [f"{name} {said(change)}" for name, change in (("p50", row.p50), ("p99", row.p99)) if change is not None]
         lines.append(f"batch {row.batch_size}: " + "; ".join(parts))
     for label, report in (("old", diff.old), ("new", diff.new)):
         combined = report.verification.combined
@@ -337,7 +340,7 @@ border-bottom:1px solid #dde2ea}table{border-collapse:collapse;width:100%}</styl
 def render_html(diff: ReportDiff) -> str:
     step = diff.step
     return _HTML.render(old=diff.old, new=diff.new, change=diff.step_change, regressed=diff.regressed,
-                        said=_said(step) if step is not None else "",
+                        said=said(step) if step is not None else "",
                         threshold=diff.threshold, added=diff.added, resolved=diff.resolved, kept=diff.kept,
                         borderline=diff.borderline, unreliable=diff.unreliable, contended=diff.contended, moved=diff.moved,
                         checks=diff.checks, latency=diff.latency)

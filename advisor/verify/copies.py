@@ -109,7 +109,7 @@ def verify_one(
                             note=f"the fixed copy raised {type(broken).__name__}: {str(broken).splitlines()[0] if str(broken) else ''}")
 
 
-def _verify_step(target: Target, candidate: Target, tolerance: float, budget: Budget,
+def _verify_step(target: Target, candidate: Target, tolerance: float | None, budget: Budget,
                  progress: Callable[[str], None], label: str, rewrite: WatchedRewrite | None = None,
                  pairs: int | None = None) -> Verification:
     device = str(target.device)
@@ -117,6 +117,9 @@ def _verify_step(target: Target, candidate: Target, tolerance: float, budget: Bu
     cand_model, cand_feed, cand_opt = candidate.fresh()
     base_step = make_step(target, base_model, base_feed, base_opt)
     cand_step = make_step(candidate, cand_model, cand_feed, cand_opt)
+    if tolerance is None:  # advisor diff --remeasure: two revisions of the code, whose outputs may differ by design
+        return _interleaved(target, base_step, cand_step, budget, progress, label, pairs, {"device": device},
+                            "timing only: two revisions of the code compared, their outputs not")
     with eager_random_in_compiled_code():
         torch.manual_seed(0)
         base = _first_result(target, base_model, base_feed, base_step)
@@ -138,15 +141,21 @@ def _verify_step(target: Target, candidate: Target, tolerance: float, budget: Bu
         what = comparison.detail or (f"outputs differ by {comparison.max_rel_error:.3g} of their magnitude "
                                      f"(max abs {comparison.max_abs_error:.3g}), more than the {tolerance:g} allowed")
         return Verification(status="numerics-failed", note=what, **errors)
+    note = _numerics_note(target, comparison)
+    if rewrite is not None and (what := rewrite.described()):
+        note += f"; the candidate rewrote {what}"
+    return _interleaved(target, base_step, cand_step, budget, progress, label, pairs, errors, note)
+
+
+def _interleaved(target: Target, base_step: Callable[[], Any], cand_step: Callable[[], Any], budget: Budget,
+                 progress: Callable[[str], None], label: str, pairs: int | None, fields: dict,
+                 note: str) -> Verification:
+    """Both steps warmed up, then timed in interleaved pairs: the A/B every measurement of a change shares."""
     for _ in range(WARMUP_STEPS):
         base_step()
         cand_step()
     progress(f"{label}: timing baseline and candidate, interleaved")
-    ab = interleave(base_step, cand_step, target.device, **_pairs(budget, pairs))
-    note = _numerics_note(target, comparison)
-    if rewrite is not None and (what := rewrite.described()):
-        note += f"; the candidate rewrote {what}"
-    return _measured(ab, errors, note=note)
+    return _measured(interleave(base_step, cand_step, target.device, **_pairs(budget, pairs)), fields, note=note)
 
 
 def _first_result(target: Target, model: torch.nn.Module, feed: Feed, step: Callable[[], Any]) -> list[torch.Tensor]:
@@ -230,7 +239,7 @@ def _measured(ab, fields: dict, note: str) -> Verification:
     )
 
 
-def verify_patched(target: Target, patched_file: str, tolerance: float, budget: Budget,
+def verify_patched(target: Target, patched_file: str, tolerance: float | None, budget: Budget,
                    progress: Callable[[str], None], pairs: int | None = None,
                    deadline_s: float = 60.0, through_loader: bool = False,
                    flags_before: dict[str, Any] | None = None) -> Verification:
