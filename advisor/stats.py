@@ -123,3 +123,11 @@ def widened(value: float, low: float, high: float, half_width: float) -> tuple[f
     inside = max(centre - math.log(max(low, 1e-12)), math.log(max(high, 1e-12)) - centre)
     half = math.hypot(inside, math.log1p(half_width))
     return math.exp(centre - half), math.exp(centre + half)
+
+
+def run_noise_said(measured) -> str:
+    """``measured``'s run-to-run noise as every report states it (a Timing, or a readiness LatencyRow: its
+    windows' medians ``windows_ms`` and their spread ``run_noise``); empty when it measured none."""
+    if getattr(measured, "run_noise", None) is None:
+        return ""
+    return f"run-to-run ±{measured.run_noise:.1%} over {len(measured.windows_ms)} windows"

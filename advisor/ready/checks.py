@@ -14,6 +14,7 @@ from advisor.evidence import Location
 from advisor.ready.measured import Blocker, ReadyEvidence
 from advisor.report.readiness import CHECK_IDS, LatencyRow, Readiness, ReadyCheck
 from advisor.rulekit.thresholds import Threshold, Thresholds
+from advisor.stats import run_noise_said
 
 LIMITS_OWNER = "ready"  # --set ready.memory_warn_share=0.9
 LIMITS = {
@@ -240,8 +241,8 @@ def _interval(row) -> str:
     """A p99's 95% interval as the message gives it, with the run-to-run noise it includes."""
     if row.p99 is None:
         return ""
-    noise = f", run-to-run ±{row.run_noise:.1%} over {len(row.windows_ms)} windows" if row.run_noise is not None else ""
-    return f" [{row.p99.ci_low:.3g}-{row.p99.ci_high:.3g}{noise}]"
+    noise = run_noise_said(row)
+    return f" [{row.p99.ci_low:.3g}-{row.p99.ci_high:.3g}{', ' + noise if noise else ''}]"
 
 
 def memory(ev: ReadyEvidence, options: ReadyOptions) -> ReadyCheck:

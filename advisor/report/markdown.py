@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 from advisor.report.paths import short_path
 from advisor.rulekit.rule import Finding, Verification
+from advisor.stats import run_noise_said
 
 if TYPE_CHECKING:
     from advisor.report.schema import Report
@@ -21,9 +22,9 @@ def render_markdown(report: Report) -> str:
     summary = []
     if report.timing is not None:
         t = report.timing
+        noise = run_noise_said(t)
         summary.append(f"step **{t.median_ms:.3g} ms** (IQR {t.p25_ms:.3g}–{t.p75_ms:.3g}, n={len(t.samples_ms)}"
-                       + (f"; run-to-run ±{t.run_noise:.1%} over {len(t.windows_ms)} windows" if t.run_noise is not None
-                          else "") + ")")
+                       + (f"; {noise}" if noise else "") + ")")
     summary.append(f"**{len(report.findings)}** finding(s)")
     combined = report.verification.combined
     if combined is not None and combined.speedup is not None:
