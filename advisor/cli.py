@@ -233,6 +233,7 @@ def _analyze(options: AnalyzeOptions, first_path: str, out_dir: str, chosen: tup
 @cli.command()
 @click.argument("old_report", type=click.Path())
 @click.argument("new_report", type=click.Path())
+@click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
 @click.option("--threshold", type=click.FloatRange(min=0), default=0.05, show_default=True,
               help="Change (0.05 = 5%) the 95% interval of the step time (or a latency percentile) must "
                    "clear before the diff calls it; exit 1 on a regression or a readiness check that got worse.")
@@ -241,20 +242,22 @@ def _analyze(options: AnalyzeOptions, first_path: str, out_dir: str, chosen: tup
               help="Also exit 1 when the new report adds a finding at or above this severity (default: only a "
                    "regression fails).")
 @click.option("--remeasure", is_flag=True,
-              help="OLD and NEW are two model files: time their steps against each other, interleaved in one fresh "
-                   "process (a diff within noise settled); outputs are not compared.")
+              help="OLD and NEW are two model files, or two scripts (run as `python FILE -- ARGS`): time their steps "
+                   "against each other in interleaved pairs (a diff within noise settled); outputs are not compared.")
 @click.option("--budget", type=click.FloatRange(min=1), default=60.0, show_default=True,
               help="--remeasure: seconds of interleaved pairs.")
 @click.option("--pairs", type=click.IntRange(min=2), default=None, metavar="N",
               help="--remeasure: exactly N pairs instead of --budget.")
-def diff(old_report, new_report, threshold, html_path, fail_on, remeasure, budget, pairs) -> None:
+def diff(old_report, new_report, script_args, threshold, html_path, fail_on, remeasure, budget, pairs) -> None:
     """Compare two JSON reports: step time, findings, readiness checks and latency (exit 1 on regression);
-    with --remeasure, time two model files against each other."""
+    with --remeasure, time two model files (or two scripts, given the same ARGS after --) against each other."""
     from advisor.commands.diff import DiffOptions, run_diff
     from advisor.report.compare import DiffInputError
 
     if remeasure:
-        _remeasure(old_report, new_report, threshold, budget, pairs)
+        _remeasure(old_report, new_report, tuple(script_args), threshold, budget, pairs)
+    if script_args:
+        fail(f"{' '.join(script_args)}: arguments are for two scripts' --remeasure, not a diff of reports")
     try:
         result = run_diff(DiffOptions(old_report=old_report, new_report=new_report, threshold=threshold,
                                       html_path=html_path, fail_on=fail_on))
@@ -266,13 +269,14 @@ def diff(old_report, new_report, threshold, html_path, fail_on, remeasure, budge
     sys.exit(result.exit_code)
 
 
-def _remeasure(old_file: str, new_file: str, threshold: float, budget: float, pairs: int | None) -> None:
+def _remeasure(old_file: str, new_file: str, script_args: tuple[str, ...], threshold: float, budget: float,
+               pairs: int | None) -> None:
     from advisor.commands.remeasure import RemeasureOptions, run_remeasure
     from advisor.report.compare import DiffInputError
 
     try:
-        result = run_remeasure(RemeasureOptions(old_file=old_file, new_file=new_file, threshold=threshold,
-                                                budget=budget, pairs=pairs),
+        result = run_remeasure(RemeasureOptions(old_file=old_file, new_file=new_file, script_args=script_args,
+                                                threshold=threshold, budget=budget, pairs=pairs),
                                lambda text: click.echo(f"advisor: {text}", err=True))
     except DiffInputError as bad:
         fail(str(bad))

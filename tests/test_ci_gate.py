@@ -58,8 +58,30 @@ def test_remeasure_times_two_model_files_interleaved_and_calls_four_times_the_wo
     assert "interleaved pairs in one fresh process" in slower.stdout and "outputs not" in slower.stdout
 
 
-def test_remeasure_refuses_a_script_naming_it(tmp_path):
+def test_remeasure_refuses_a_script_against_a_model_file_naming_it(tmp_path):
     script = tmp_path / "train.py"
     script.write_text("print('training')\n", encoding="utf-8")
     refused = _advisor("diff", "--remeasure", str(SAMPLE), str(script))
     assert refused.returncode == 2 and f"{script}: not a model file" in refused.stderr and "Traceback" not in refused.stderr
+
+
+def test_remeasure_times_two_scripts_in_alternating_whole_runs_with_their_arguments(tmp_path):
+    # a script that trains only when given its argument: both revisions must run with the ARGS after --
+    original = (SAMPLES / "scripts" / "clean_train.py").read_text(encoding="utf-8")
+    needs_argument = original.replace('if __name__ == "__main__":\n',
+                                      'if __name__ == "__main__":\n    import sys\n    assert sys.argv[1:] == ["--go"]\n')
+    assert needs_argument != original
+    old, new = tmp_path / "old_train.py", tmp_path / "new_train.py"
+    for script in (old, new):
+        script.write_text(needs_argument, encoding="utf-8")
+    measured = _advisor("diff", "--remeasure", str(old), str(new), "--pairs", "2", "--", "--go")
+    # measured (0 or 1: two runs per side on a loaded machine decide nothing about noise), never "not measured" (2)
+    assert measured.returncode in (0, 1), measured.stdout + measured.stderr
+    assert "2 interleaved pairs of whole runs" in measured.stdout and "timing only" in measured.stdout
+
+
+def test_remeasure_refuses_arguments_for_model_files_and_arguments_without_it():
+    with_arguments = _advisor("diff", "--remeasure", str(SAMPLE), str(SAMPLE), "--", "--go")
+    assert with_arguments.returncode == 2 and "a model file takes no arguments (--go)" in with_arguments.stderr
+    stray = _advisor("diff", "old.json", "new.json", "--", "--go")
+    assert stray.returncode == 2 and "--go: arguments are for two scripts' --remeasure" in stray.stderr

@@ -219,10 +219,10 @@ def test_the_diff_gate_decides_from_the_runs_own_spread():
     new.timing.samples_ms = [54.0, 54.5, 55.0, 55.5, 56.0, 56.5, 57.0, 55.2, 54.8, 56.2]
     result = diff_reports(old, new, threshold=0.05)
     assert result.step.verdict == "within noise" and not result.regressed
-    assert "within noise (±" in render_text(result) and "advisor diff --remeasure" in render_text(result)
+    assert "within noise (±" in render_text(result) and "--remeasure OLD_MODEL_FILE NEW_MODEL_FILE" in render_text(result)
     from advisor.evidence import StepReading
     old.target.step = StepReading(summary="1 forward", recognised_by="each step of AdamW")  # a script's run
-    assert "within noise (±" in render_text(result) and "--remeasure" not in render_text(result)  # models only
+    assert "--remeasure OLD_SCRIPT NEW_SCRIPT [-- ARGS]" in render_text(result)
     steady_old, steady_new = _report(), _report()
     steady_old.timing.samples_ms, steady_new.timing.samples_ms = _noisy(10.0, 0.01, 30), _noisy(12.0, 0.01, 30, seed=1)
     assert diff_reports(steady_old, steady_new).step.verdict == "slower" and diff_reports(steady_old, steady_new).regressed

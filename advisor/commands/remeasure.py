@@ -1,9 +1,10 @@
-"""``advisor diff --remeasure OLD NEW``: two revisions of a model file timed against each other, to settle a
+"""``advisor diff --remeasure OLD NEW``: two revisions of a model file (or of a script) timed against each other, to settle a
 diff whose step time was within noise. The measurement is ``advisor fix``'s of a patched copy (``ModelFile``):
 one fresh child loads both files, warms both steps up and times them in interleaved pairs, each on its own
 fresh copy of the model, its writes in a shadow; only the outputs are not compared (two revisions may compute
-different things by design). The verdict is the diff's: the ratio NEW/OLD with its 95% interval against the
-threshold."""
+different things by design). Two scripts are timed as ``advisor run`` verifies a fix of a script: the old one's
+window of steps read once, then whole runs of each, alternating, that window timed in each. The verdict is the
+diff's: the ratio NEW/OLD with its 95% interval against the threshold."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ MODEL_FILE_NEEDS = ("get_model", "get_inputs")
 class RemeasureOptions:
     old_file: str
     new_file: str
+    script_args: tuple[str, ...] = ()  # two scripts: both run as `python FILE *script_args`
     threshold: float = 0.05
     budget: float = 60.0  # seconds of interleaved pairs
     pairs: int | None = None  # exactly this many pairs instead (the same work on any machine)
@@ -59,13 +61,21 @@ class RemeasureResult:
         if change is None:
             return f"remeasured: not measured ({m.status}: {m.note})"
         return (f"remeasured step time: {m.baseline_ms:.4g} ms -> {m.candidate_ms:.4g} ms ({said(change)}; threshold "
-                f"±{self.threshold:.0%}, 95% interval of {m.samples} interleaved pairs in one fresh process; {m.note})")
+                f"±{self.threshold:.0%}, 95% interval of {m.samples} interleaved pairs "
+                f"{'of whole runs' if m.timed.startswith('run') else 'in one fresh process'}; {m.note})")
 
 
 def run_remeasure(options: RemeasureOptions, progress: Callable[[str], None] = lambda text: None) -> RemeasureResult:
-    """Raises DiffInputError naming the file when either is missing or is not a model file."""
-    for path in (options.old_file, options.new_file):
-        _check_model_file(path)
+    """Raises DiffInputError naming the file when either is missing, or one is a model file and the other not."""
+    kinds = {path: _is_model_file(path) for path in (options.old_file, options.new_file)}
+    if len(set(kinds.values())) > 1:
+        script = next(path for path, model in kinds.items() if not model)
+        raise DiffInputError(f"{script}: not a model file (no {' or '.join(MODEL_FILE_NEEDS)}) while the other is: "
+                             "--remeasure times two model files, or two scripts")
+    if kinds[options.old_file] and options.script_args:
+        raise DiffInputError(f"{options.old_file}: a model file takes no arguments ({' '.join(options.script_args)})")
+    if not kinds[options.old_file]:
+        return RemeasureResult(_remeasure_scripts(options, progress), options.threshold)
     workload = ModelFile(FixOptions(model_file=options.old_file, mode=options.mode, device=options.device,
                                     timeout=options.timeout, pairs=options.pairs),
                          RuleConfig.load([], [], []), progress)
@@ -78,7 +88,36 @@ def run_remeasure(options: RemeasureOptions, progress: Callable[[str], None] = l
     return RemeasureResult(measured, options.threshold)
 
 
-def _check_model_file(path: str) -> None:
+def _remeasure_scripts(options: RemeasureOptions, progress: Callable[[str], None]) -> Verification:
+    """Two scripts, each run as ``python FILE ARGS``: the old one's window of steps read by an ``advisor run`` of it
+    (an experiment: its writes go to a shadow), then whole runs of each, alternating, that window timed."""
+    import sys
+    import tempfile
+
+    from advisor.commands.run import RunOptions, run_script
+    from advisor.run.arms import RunsInterrupted, RunVerifier
+
+    rules = RuleConfig.load([], [], [])
+    old = [sys.executable, os.path.abspath(options.old_file), *options.script_args]
+    with tempfile.TemporaryDirectory(prefix="advisor-remeasure-") as scratch:  # the report is not kept: only its window
+        audited = run_script(RunOptions(command=tuple(old), out_dir=scratch, timeout=options.timeout, verify=False,
+                                        experiment=True), progress, rules)
+    if not audited.run_window:
+        return Verification(status="skipped", note=f"the run of {options.old_file} gave no window of steps to time")
+    files = FileSession.start()
+    try:
+        verifier = RunVerifier(old, audited.run_window, rules.ruleset, options.budget, options.timeout, files=files,
+                               progress=progress, pairs=options.pairs, timing_only=True,
+                               candidate_command=[sys.executable, os.path.abspath(options.new_file),
+                                                  *options.script_args])
+        return verifier.measure([], options.budget)
+    except RunsInterrupted as stopped:
+        return Verification(status="skipped", note=f"interrupted ({stopped.stopped_by})")
+    finally:
+        files.close()
+
+
+def _is_model_file(path: str) -> bool:
     if not os.path.isfile(path):
         raise DiffInputError(f"{path}: no such file")
     try:
@@ -87,7 +126,4 @@ def _check_model_file(path: str) -> None:
     except (OSError, SyntaxError, UnicodeDecodeError) as bad:
         raise DiffInputError(f"{path}: cannot be read as Python ({bad})") from None
     defined = {node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
-    missing = [name for name in MODEL_FILE_NEEDS if name not in defined]
-    if missing:
-        raise DiffInputError(f"{path}: not a model file (no {' or '.join(missing)}); --remeasure times two model "
-                             "files, not scripts: compare two `advisor run` reports of a script with diff")
+    return all(name in defined for name in MODEL_FILE_NEEDS)

@@ -279,10 +279,11 @@ def render_text(diff: ReportDiff) -> str:
         lines.append(f"step time: {diff.old.timing.median_ms:.4g} ms -> {diff.new.timing.median_ms:.4g} ms "
                      f"({said(step)}; threshold ±{diff.threshold:.0%}, 95% interval of the ratio of medians, "
                      "the noise inside each run and between runs)")
-        if step.judged and step.verdict == "within noise" and diff.old.target.model_file and (
-                diff.old.target.step is None):  # an audit's model file, not a script's run (no remeasure for those)
-            lines.append("  to settle it: advisor diff --remeasure OLD_MODEL_FILE NEW_MODEL_FILE (the two revisions "
-                         "timed against each other, interleaved)")
+        if step.judged and step.verdict == "within noise" and diff.old.target.model_file:
+            files = ("OLD_MODEL_FILE NEW_MODEL_FILE" if diff.old.target.step is None  # an audit's model file
+                     else "OLD_SCRIPT NEW_SCRIPT [-- ARGS]")  # a script's run
+            lines.append(f"  to settle it: advisor diff --remeasure {files} (the two revisions timed against each "
+                         "other, interleaved)")
     for title, findings in (("added", diff.added), ("resolved", diff.resolved)):
         lines.append(f"{title}: {len(findings)}")
         lines += [f"  {f.code} {f.slug}: {f.message}" for f in findings]

@@ -76,6 +76,7 @@ class RunVerifier:
     pairs: int | None = None  # exactly this many runs per side for each fix, whatever the time (no budget)
     candidate_command: list[str] | None = None  # advisor fix: the patched copy of the script, run as it is
     patched_loader: bool = False  # ... and its edits change a DataLoader: timed with the data wait
+    timing_only: bool = False  # advisor diff --remeasure: two revisions of a script, their results not compared
     started: float = field(default_factory=time.monotonic)
     baseline_s: list[float] = field(default_factory=list)  # wall time of each run without a fix
 
@@ -111,7 +112,7 @@ class RunVerifier:
 
     def _measure(self, findings: list[Finding], share_s: float) -> Verification:
         fixes = [{"slug": f.slug, "finding": f.model_dump(mode="json", exclude={"verification"})} for f in findings]
-        tolerance = max(self.ruleset.get(f.slug).fix_spec.tolerance for f in findings)
+        tolerance = max((self.ruleset.get(f.slug).fix_spec.tolerance for f in findings), default=1e-5)
         base, cand = Arm(), Arm()
         began = time.monotonic()
         while len(base.windows) < (self.pairs or MAX_PAIRS):
@@ -178,6 +179,8 @@ class RunVerifier:
         """(a numerics-failed Verification or None, the error fields and a note for the verified one)."""
         if loader_only:
             return None, {"note": "the model step is unchanged, only the loader's settings differ"}
+        if self.timing_only:
+            return None, {"note": "timing only: two revisions of the script compared, their results not"}
         from advisor.run import first_results  # torch: imported by the parent only once it verifies
 
         baseline, repeat, candidate = base.results[0], base.results[-1], cand.results[0]
