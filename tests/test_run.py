@@ -206,14 +206,18 @@ def test_the_scripts_own_profiler_steps_are_its_step_boundaries(tmp_path):
 
 @pytest.mark.xdist_group("train_loop")  # it writes /tmp/train_loop_checkpoint.pt: one run of it at a time
 def test_injectable_fixes_are_verified_by_running_the_script_again(tmp_path):
-    # two runs of the script per side per fix, however long they take; the loader's fix is left out here
+    # two pairs per fix, however long they take; the loader's fix is left out here
     report = _run(SCRIPTS / "train_loop.py", tmp_path, verify=True, pairs=2, disabled=("dataloader-workers",)).report
     by_slug = {f.slug: f.verification for f in report.findings}
     save, zero = by_slug["checkpoint-in-step"], by_slug["zero-grad"]
-    for measured in (save, zero):  # measured on alternating runs; the verdict is this machine's
-        assert measured.speedup is not None and measured.samples == 2 and "runs of the script per side" in measured.note
-    assert zero.max_rel_error is not None and zero.max_rel_error <= 1e-4  # same gradients at the first step
+    for measured in (save, zero):  # the verdict is this machine's
+        assert measured.speedup is not None and measured.samples == 2 and "these pairs resolve a change of" in measured.note
+    # the saves skipped fall on some steps only: whole runs, alternating, and the note says why
+    assert save.timed == "run" and "runs of the script per side" in save.note and "whole runs: its saves" in save.note
     assert "asynchronous save" in save.note
+    # zero_grad(set_to_none=True) is a switch: on and off by blocks of steps inside one run of the script
+    assert zero.timed == "block" and "the fix switched on and off inside 1 run(s)" in zero.note
+    assert zero.max_rel_error is not None and zero.max_rel_error <= 1e-4, zero  # same outputs and gradients
     assert by_slug["host-sync"].status == "not-verifiable-here"
 
 
@@ -312,16 +316,25 @@ CONV_SCRIPT = """
 """
 
 
-def test_the_rules_own_fixes_are_injected_into_the_script_and_their_numerics_checked(tmp_path):
+def _conv_script_verified(tmp_path, rule_files: dict[str, str], pairs: int) -> dict:
+    """The conv script run under advisor with these test rules' fixes verified: slug -> its Verification."""
+    script = write_model(tmp_path, CONV_SCRIPT, name="conv_train.py")
+    report = _run(script, tmp_path / "out", steps=6, verify=True, pairs=pairs,
+                  rule_dirs=(str(_rules_folder(tmp_path, rule_files)),), disabled=("channels-last",)).report
+    return {f.slug: f.verification for f in report.findings}
+
+
+def _rules_folder(tmp_path, rule_files: dict[str, str]):
     rules = tmp_path / "rules"
     rules.mkdir()
-    for name, text in FIXING_RULES.items():
+    for name, text in rule_files.items():
         (rules / name).write_text(textwrap.dedent(text), encoding="utf-8")
-    script = write_model(tmp_path, CONV_SCRIPT, name="conv_train.py")
+    return rules
+
+
+def test_the_rules_own_fixes_are_injected_into_the_script_and_their_numerics_checked(tmp_path):
     # a run count, not a time budget: every fix gets its 2 runs per side on a slow or loaded machine too
-    report = _run(script, tmp_path / "out", steps=6, verify=True, pairs=2, rule_dirs=(str(rules),),
-                  disabled=("channels-last",)).report
-    by_slug = {f.slug: f.verification for f in report.findings}
+    by_slug = _conv_script_verified(tmp_path, FIXING_RULES, pairs=2)
     changed, wrong = by_slug["test-model-changes"], by_slug["test-wrong"]
     assert wrong.status == "numerics-failed" and wrong.max_rel_error > 1e-4, wrong
     # the values stay within the fix's tolerance (bf16 changes them where the compiled step computes in bf16: with
@@ -330,6 +343,90 @@ def test_the_rules_own_fixes_are_injected_into_the_script_and_their_numerics_che
     assert changed.status in ("verified", "no-gain", "slower", "inconclusive"), changed
     assert changed.max_rel_error is not None and changed.max_rel_error <= 0.05 and "match within" in changed.note
     assert changed.compile_s is not None and changed.samples == 2
+
+
+def _fixing_rule(slug: str, code: str, impact: float, tolerance: float, what: str, fix: str, layer: str = "MODEL") -> str:
+    """A test rule that fires on every audit, its fix returning ``fix`` (an expression of ``target``)."""
+    return f'''
+        """Test rule: {what}, a test of advisor run's verification.
+
+        What it detects / Why it matters / How to fix / Example: see the test that writes it.
+        """
+        import torch
+        from advisor.rulekit.fixing import attribute, replace_target, with_switches
+        from advisor.rulekit.rule import Finding, Layer, Severity, rule
+
+        @rule(slug="{slug}", code="{code}", layer=Layer.{layer}, severity=Severity.HIGH)
+        def check(ev, th):
+            yield Finding(message="{what}", impact={impact})
+
+        @check.fix(tolerance={tolerance}, what="{what}")
+        def fix(target, finding):
+            return {fix}
+    '''
+
+
+SWITCHED_RULES = {
+    "switched_compile.py": _fixing_rule("test-switched-compile", "TST004", 0.2, 0.05, "torch.compile + bf16 autocast",
+                                        'replace_target(target, compile_mode="default", autocast_dtype=torch.bfloat16)'),
+    # a flag that doubles every ReLU's output, which the probe inside the run must catch
+    "switched_wrong.py": _fixing_rule("test-switched-wrong", "TST005", 0.3, 1e-4, "a wrong switch",
+                                      'with_switches(target, attribute(torch.nn.functional, "relu", '
+                                      'lambda x, inplace=False: 2 * x))'),
+    "switched_optimizer.py": _fixing_rule("test-switched-optimizer", "TST006", 0.1, 1e-5, "foreach=True",
+                                          'replace_target(target, optimizer_options={"foreach": True})'),
+}
+
+
+def test_switchable_fixes_are_measured_on_and_off_inside_one_run_with_their_numerics_probed(tmp_path):
+    by_slug = _conv_script_verified(tmp_path, SWITCHED_RULES, pairs=3)
+    compiled, wrong, optimizer = (by_slug[slug] for slug in ("test-switched-compile", "test-switched-wrong",
+                                                             "test-switched-optimizer"))
+    # the doubled ReLU is caught by the probe at the first step with the fix on, before any timing counts
+    assert wrong.status == "numerics-failed" and "the mean of the model's outputs and its gradients" in wrong.note
+    for measured in (compiled, optimizer):  # the verdicts are this machine's; how they were measured is not
+        assert measured.timed == "block" and measured.samples == 3, measured
+        assert "the fix switched on and off inside 1 run(s) of the script" in measured.note
+        assert measured.resolves is not None and "these pairs resolve a change of" in measured.note
+    assert compiled.max_rel_error is not None and compiled.max_rel_error <= 0.05 and compiled.compile_s is not None
+    # foreach and the loop update the parameters alike from the same state
+    assert "the parameters after one optimizer step from the same state match" in optimizer.note
+    assert optimizer.max_rel_error is not None and optimizer.max_rel_error <= 1e-5
+
+
+LOADER_RULE = _fixing_rule("test-switched-loader", "TST007", 0.2, 1e-5, "num_workers=1",
+                           'replace_target(target, loader_options={"num_workers": 1})', layer="APPLICATION")
+LOADER_SCRIPT = """
+    import torch
+    from torch import nn
+    from torch.utils.data import DataLoader, TensorDataset
+
+    def main():
+        model = nn.Linear(16, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+        data = TensorDataset(torch.randn(2048, 16), torch.randn(2048, 1))
+        loader = DataLoader(data, batch_size=8, shuffle=True, num_workers=2)
+        for epoch in range(2):
+            for x, y in loader:
+                nn.functional.mse_loss(model(x), y).backward()
+                optimizer.step()
+                optimizer.zero_grad()
+
+    if __name__ == "__main__":
+        main()
+"""
+
+
+def test_a_loader_fix_is_switched_inside_one_run_through_a_twin_loader_on_the_same_dataset(tmp_path):
+    rules = _rules_folder(tmp_path, {"switched_loader.py": LOADER_RULE})
+    script = write_model(tmp_path, LOADER_SCRIPT, name="loader_train.py")
+    report = _run(script, tmp_path / "out", steps=6, verify=True, pairs=3, rule_dirs=(str(rules),),
+                  disabled=("dataloader-workers", "dataloader-too-many-workers", "kernel-storm")).report
+    measured = next(f for f in report.findings if f.slug == "test-switched-loader").verification
+    assert measured.timed == "block" and measured.samples == 3, measured  # the verdict is this machine's
+    # a step is timed with its wait for data, leaving out those served by batches made while its arm was off
+    assert "median step + data wait; the first 5 (the batches made before it among them)" in measured.note
+    assert "only the loader's settings differ" in measured.note and "rebuilt with num_workers=1" in measured.note
 
 
 def _library_lines(report) -> list[str]:

@@ -49,3 +49,13 @@ def test_loader_fixes_leave_the_step_alone_and_inference_compares_outputs():
     changed = {"losses": [], "gradients": [], "outputs": [torch.ones(2, 2) * 1.5]}
     failed, _ = _verifier()._numerics(_arm(outputs, outputs), _arm(changed), 1e-4, loader_only=False)
     assert failed is not None and "the model's first outputs differ by 0.5 of their magnitude" in failed.note
+
+
+def test_runs_in_a_reduced_precision_are_judged_at_its_rounding():
+    bf16 = {**_results(2.0, 0.5), "precision": "bfloat16"}
+    close = {**_results(2.0, 0.501), "precision": "bfloat16"}
+    failed, fields = _verifier()._numerics(_arm(bf16, bf16), _arm(close), 1e-4, loader_only=False)
+    assert failed is None and fields["tolerance"] == 1e-2 and "computes in bfloat16" in fields["note"]
+    failed, _ = _verifier()._numerics(_arm(_results(2.0, 0.5), _results(2.0, 0.5)), _arm(_results(2.0, 0.501)),
+                                      1e-4, loader_only=False)
+    assert failed is not None  # float32: the fix's own tolerance

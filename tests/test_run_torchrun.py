@@ -89,6 +89,39 @@ def test_no_sync_is_injected_into_the_job_and_measured_with_its_numerics(tmp_pat
     assert measured.samples == 2 and measured.max_rel_error is not None and measured.max_rel_error <= 1e-5
 
 
+PER_RANK_FIX = """
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+dist.init_process_group("gloo")
+torch.manual_seed(0)
+layers = [nn.Sequential(nn.Linear(32, 32), nn.LayerNorm(32)) for _ in range(40)]
+model = DistributedDataParallel(nn.Sequential(*layers))
+optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=False)  # 160 tensors updated one by one
+x, y = torch.randn(16, 32), torch.randn(16, 32)
+for step in range(300):
+    nn.functional.mse_loss(model(x), y).backward()
+    optimizer.step()
+    optimizer.zero_grad()
+dist.destroy_process_group()
+"""
+
+
+def test_a_per_rank_fix_is_switched_inside_one_run_of_the_job_in_every_rank_alike(tmp_path):
+    script = write_model(tmp_path, PER_RANK_FIX, name="ddp_optimizer.py")
+    report = _job(script, tmp_path / "out", verify=True, pairs=3, disabled=("kernel-storm", "straggler"))
+    measured = next(f for f in report.findings if f.slug == "optimizer-foreach").verification
+    # every rank switches at the same steps and runs the same pairs: a rank that ended on its own verdict would
+    # leave the other waiting in its all-reduce until the timeout
+    assert measured.timed == "block" and measured.samples == 3, measured
+    assert "inside 1 run(s) of the script" in measured.note
+    assert "the parameters after one optimizer step from the same state match" in measured.note
+    assert measured.max_rel_error is not None and measured.max_rel_error <= 1e-5
+    assert _left_running(str(script)) == []
+
+
 def _loop(init: str, ending: str, steps: int = 100) -> str:
     """A small training loop under torchrun: ``init`` before the model, ``ending`` after each step."""
     return (f"import time\nimport torch\nimport torch.distributed as dist\n{init}"

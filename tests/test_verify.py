@@ -205,6 +205,10 @@ def test_fixes_the_budget_cannot_fit_are_not_started_and_say_what_would_measure_
     started = []
     findings = [Finding(id=name, slug="x", message=name) for name in ("a", "b")]
     measured = measure_fixes(findings, lambda chosen, seconds: started.append(chosen) or Verification(status="verified"),
-                             budget_s=10, minimum_s=lambda: 20.0)
+                             budget_s=10, minimum_s=lambda chosen: 20.0)
     assert started == [] and {v.status for v in measured.results.values()} == {"skipped"}
     assert "about --budget 40 would measure the 2 fix(es) skipped" in measured.results["a"].note
+    # each fix its own minimum (a script's fix switched inside one run needs one run, one in whole runs six)
+    measured = measure_fixes(findings, lambda chosen, seconds: started.append(chosen) or Verification(status="verified"),
+                             budget_s=10, minimum_s=lambda chosen: 5.0 if chosen[0].id == "a" else 30.0)
+    assert [chosen[0].id for chosen in started] == ["a"] and measured.results["b"].status == "skipped"

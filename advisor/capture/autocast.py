@@ -24,6 +24,15 @@ def autocast_dtype_now() -> str | None:
     return None
 
 
+def step_precision(model: torch.nn.Module) -> str | None:
+    """The reduced precision this call of the model computes in: an autocast region around it, else its
+    parameters' dtype when that is bfloat16 or float16; None in float32."""
+    from advisor.workload.reduced_precision import parameter_precision
+
+    active = autocast_dtype_now()
+    return active if active in ("bfloat16", "float16") else parameter_precision(model)
+
+
 def _enabled(device_type: str) -> bool:
     try:
         return torch.is_autocast_enabled(device_type)

@@ -95,7 +95,7 @@ def _measure_in_child(findings: list[Finding], spec: dict, options: AuditOptions
     4.2 ms after another fix had been measured), so fixes measured one after another in one process
     would depend on their order."""
     return measure_fixes(findings, lambda chosen, seconds: _child(spec, chosen, seconds, options, progress, files),
-                         None if options.pairs else options.budget, lambda: MIN_CHILD_BUDGET_S,
+                         None if options.pairs else options.budget, lambda chosen: MIN_CHILD_BUDGET_S,
                          device=spec.get("device", ""), progress=progress)
 
 

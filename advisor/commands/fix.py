@@ -134,7 +134,7 @@ def _reaudit(plan: PatchPlan, findings: list[Finding], workload, device: str, op
     try:
         fixes = measure_fixes(
             findings, lambda chosen, seconds: _measure(plan, chosen, seconds, workload, device, rules, files),
-            None if options.pairs else options.budget, lambda: 5.0, device=options.device, progress=progress)
+            None if options.pairs else options.budget, lambda chosen: 5.0, device=options.device, progress=progress)
     finally:
         files.close()
     results = fixes.results

@@ -102,6 +102,7 @@ def _run_with(files: FileSession, options: RunOptions, progress: Callable[[str],
         files.remember()
         # the verification runs step and find the model as this run did, and apply the rules' own fixes
         known = {**window, "kind": seen.get("kind"), "device": evidence.target.device, "mode": evidence.target.mode,
+                 "step_ms": evidence.timing.median_ms if evidence.timing is not None else None,
                  "rule_dirs": list(options.rule_dirs),
                  "model": {"class": evidence.target.model_class, "params": evidence.target.param_count}
                  if evidence.target.model_class else {}}

@@ -84,10 +84,13 @@ class Verification(Record):
     ci_high: float | None = None
     baseline_ms: float | None = None
     candidate_ms: float | None = None
-    timed: Literal["step", "run", "run with data", "loader chunk"] = Field(
+    timed: Literal["step", "block", "run", "run with data", "loader chunk"] = Field(
         default="step", description="what one sample times: a step (the median of steps is comparable with the "
-                                    "timing stage's), a run's mean step (with its data wait), or a chunk of batches")
+                                    "timing stage's), a block's mean step (the fix switched inside one run of a "
+                                    "script), a run's mean step (with its data wait), or a chunk of batches")
     samples: int = Field(default=0, description="interleaved baseline/candidate pairs measured")
+    resolves: float | None = Field(default=None, description="the power of the pairs: the smallest speedup (or "
+                                                             "slowdown) an interval this wide would have decided")
     max_abs_error: float | None = None
     max_rel_error: float | None = Field(default=None, description="max abs error over the baseline's max magnitude")
     tolerance: float | None = None

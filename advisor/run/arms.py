@@ -10,6 +10,11 @@ bootstrap as ``audit``'s. Numerics: the first steps' losses and gradients (or th
 outputs) of the first candidate run against the first baseline run, within the rule's
 tolerance, once two baseline runs have shown the script gives the same values run to run (a fix that
 changes the results is known then, before its second run).
+A fix that can be switched between two steps of one run (the model's forward, the optimizer's options,
+a library flag: ``switched.py``) is measured inside runs of the script instead: the fix on and off by
+blocks of steps, many pairs in one process, its numerics compared at the first step with it on; whole
+runs are for the rest (the loader's settings, DDP's, the model's layout or modules, the saves skipped),
+and for a script that ends before a pair of blocks.
 Fixes verified one by one are then measured together. After the minimum runs, a fix stops being
 run once its interval clears the no-gain band (a verdict already decided), or when its share of
 the budget is spent.
@@ -27,16 +32,16 @@ from advisor.conditions import Watch
 from advisor.files.session import FileSession
 from advisor.rulekit.engine import RuleSet
 from advisor.rulekit.rule import Finding, Verification
+from advisor.run.judging import LOADER_NOTE, MIN_PAIRS, judged, model_not_called, within
 from advisor.run.launch import launch
-from advisor.verify.measure import ABResult, verdict, why_inconclusive
+from advisor.verify.measure import ABResult, verdict
 from advisor.verify.orchestrate import measure_fixes
 from advisor.verify.plan import MeasuredFixes
 
-MIN_PAIRS = 3
 MAX_PAIRS = 8
 REPEATABLE = 1e-6  # two baseline runs within this share of their magnitude: the script is seeded alike
-LOADER_NOTE = "the script's loaders rebuilt with {options}"
 NOTES = {"checkpoint-in-step": "the saves skipped: the most an asynchronous save can gain"}
+WHOLE_RUNS = {"checkpoint-in-step": "its saves fall on some steps only, which blocks of steps may miss"}
 
 
 @dataclass
@@ -79,12 +84,16 @@ class RunVerifier:
     timing_only: bool = False  # advisor diff --remeasure: two revisions of a script, their results not compared
     started: float = field(default_factory=time.monotonic)
     baseline_s: list[float] = field(default_factory=list)  # wall time of each run without a fix
+    switched_s: list[float] = field(default_factory=list)  # ... and of each run with a fix switched inside it
+    whole_runs: dict[tuple, str] = field(default_factory=dict)  # fixes (their findings' ids) -> why whole runs
 
-    @property
-    def pair_estimate(self) -> float:
-        """What a pair of runs costs, judged by the runs without a fix (a fix's own cost, such as
+    def minimum_s(self, findings: list[Finding]) -> float:
+        """What measuring these fixes needs at the least: one run of the script where they are switched inside
+        it, the minimum pairs of runs where not; judged by the runs without a fix (a fix's own cost, such as
         torch.compile's, is its own: it does not make the next fix look unaffordable)."""
-        return 2 * statistics.median(self.baseline_s) if self.baseline_s else 0.0
+        runs = self.baseline_s or self.switched_s
+        run_s = statistics.median(runs) if runs else 0.0
+        return run_s if not self._why_whole_runs(findings, _fixes(findings)) else 2 * run_s * MIN_PAIRS
 
     @property
     def left(self) -> float:
@@ -94,7 +103,7 @@ class RunVerifier:
         measured = MeasuredFixes()
         try:
             measured = measure_fixes(findings, self.measure, None if self.pairs else self.budget_s,
-                                     lambda: self.pair_estimate * MIN_PAIRS, self.window.get("device", ""), self.progress)
+                                     self.minimum_s, self.window.get("device", ""), self.progress)
         except RunsInterrupted as stopped:
             self.interrupted = stopped.stopped_by
             for finding in findings:
@@ -111,15 +120,55 @@ class RunVerifier:
         return outcome
 
     def _measure(self, findings: list[Finding], share_s: float) -> Verification:
-        fixes = [{"slug": f.slug, "finding": f.model_dump(mode="json", exclude={"verification"})} for f in findings]
+        fixes = _fixes(findings)
         tolerance = max((self.ruleset.get(f.slug).fix_spec.tolerance for f in findings), default=1e-5)
+        whole_runs = self._why_whole_runs(findings, fixes)
+        if not whole_runs:
+            from advisor.run.switched_arms import measure_switched
+
+            switched = measure_switched(self, fixes, tolerance, share_s)
+            if isinstance(switched, Verification):
+                return switched
+            whole_runs = switched
+        measured = self._measure_whole_runs(fixes, findings, tolerance, share_s)
+        if measured.speedup is not None and whole_runs:
+            measured.note = "; ".join(part for part in (measured.note, f"whole runs: {whole_runs}") if part)
+        return measured
+
+    def _why_whole_runs(self, findings: list[Finding], fixes: list[dict]) -> str:
+        """Why these fixes are measured in whole runs of the script, or "" when they can be switched inside one."""
+        key = tuple(f.id for f in findings)
+        if key not in self.whole_runs:
+            self.whole_runs[key] = self._whole_runs_reason(findings, fixes)
+        return self.whole_runs[key]
+
+    def _whole_runs_reason(self, findings: list[Finding], fixes: list[dict]) -> str:
+        if self.candidate_command:
+            return "the candidate is another script (a patched copy or a revision), run as it is"
+        if not findings:
+            return "no fix to switch"
+        for finding in findings:
+            if finding.slug in WHOLE_RUNS:
+                return WHOLE_RUNS[finding.slug]
+        from advisor.rulekit.rule import NotVerifiable
+        from advisor.run.inject import fixed_target, why_not_switched
+
+        try:
+            return why_not_switched(*fixed_target({**self.window, "fixes": fixes}))
+        except NotVerifiable:
+            return "the fix cannot be injected"  # the run says why (fix_refused.json)
+        except Exception as broken:  # noqa: BLE001 - a fix is code too: its run reports it
+            return f"applying the fix raised {type(broken).__name__}"
+
+    def _measure_whole_runs(self, fixes: list[dict], findings: list[Finding], tolerance: float,
+                            share_s: float) -> Verification:
         base, cand = Arm(), Arm()
         began = time.monotonic()
         while len(base.windows) < (self.pairs or MAX_PAIRS):
             pair_began = time.monotonic()
             for arm, injected in ((base, []), (cand, fixes)):
                 run_began = time.monotonic()
-                outcome = self._run(injected, patched=arm is cand)
+                outcome = self.run(injected, patched=arm is cand)
                 if isinstance(outcome, Verification):
                     return outcome
                 arm.add(*outcome)
@@ -138,9 +187,7 @@ class RunVerifier:
             return Verification(status="not-verifiable-here", note=f"{first['rewrite_unapplied']}: the fix was "
                                                                     "not applied, so not measured")
         if first["changes_model"] and not first["model_fixed"]:
-            model = self.window.get("model", {}).get("class") or "not identified by the audit run"
-            return Verification(status="fix-failed", note=f"the model ({model}) was never called in the run with "
-                                                          "the fix, so the fix was not applied")
+            return model_not_called(self.window)
         with_data = self._with_data(first)
         compiling = _compile_seconds(base.windows[0], first)
         numerics, errors = self._numerics(base, cand, tolerance, with_data)
@@ -156,14 +203,8 @@ class RunVerifier:
         notes += [NOTES[f.slug] for f in findings if f.slug in NOTES]
         if first["rewrite_described"]:
             notes.append(f"the candidate rewrote {first['rewrite_described']}")
-        status = verdict(ab.speedup, (low, high))
-        if status == "inconclusive":
-            notes.append(why_inconclusive(ab.speedup, (low, high)))
-        return Verification(status=status, speedup=round(ab.speedup, 4), ci_low=round(low, 4),
-                            ci_high=round(high, 4), baseline_ms=round(statistics.median(ab.baseline_ms), 4),
-                            candidate_ms=round(statistics.median(ab.candidate_ms), 4), samples=len(base.windows),
-                            timed="run with data" if with_data else "run",
-                            note="; ".join(n for n in notes if n), compile_s=compiling, **errors)
+        return judged(ab, (low, high), notes, samples=len(base.windows),
+                            timed="run with data" if with_data else "run", compile_s=compiling, **errors)
 
     def _with_data(self, first: dict) -> bool:
         """Whether a run's cost counts its data wait: the fix rebuilds the loaders (or the patch edits one)."""
@@ -190,32 +231,27 @@ class RunVerifier:
         if not same.within(REPEATABLE):
             return None, {"note": f"numerics not checked: two runs without the fix already differ by "
                                   f"{same.max_rel_error:.3g} of their magnitude (randomness advisor's seed does not reach)"}
-        comparison, what = first_results.compared(baseline, candidate)
-        errors = {"max_abs_error": comparison.max_abs_error, "max_rel_error": comparison.max_rel_error,
-                  "tolerance": tolerance}
-        if not comparison.baseline_finite:
-            return None, {**errors, "note": "numerics not checked: the baseline's values contain NaN or Inf"}
-        if not comparison.within(tolerance):
-            detail = comparison.detail or (f"{what} differ by {comparison.max_rel_error:.3g} of their magnitude "
-                                           f"(max abs {comparison.max_abs_error:.3g}), more than the {tolerance:g} allowed")
-            return Verification(status="numerics-failed", note=detail, **errors), errors
-        return None, {**errors, "note": f"{what} match within {comparison.max_rel_error:.2g} of their magnitude"}
+        from advisor.verify.numerics import tolerance_at
 
-    def _run(self, fixes: list[dict], patched: bool = False) -> tuple[dict, dict | None] | Verification:
+        return within(*first_results.compared(baseline, candidate), *tolerance_at(tolerance, baseline.get("precision")))
+
+    def run(self, fixes: list[dict], patched: bool = False,
+             switched: dict | None = None) -> tuple[dict, dict | None] | Verification:
         """One run of the script's window; a run that dies for a reason of its own (a port still held by
         the previous job under torchrun) is tried once more before the arm is given up. ``patched``: the
         candidate side of ``advisor fix``, the patched copy of the script (its fixes are in its source)."""
         command = self.candidate_command if patched and self.candidate_command else self.command
         fixes = [] if command is not self.command else fixes
-        outcome = self._run_once(fixes, command)
+        outcome = self._run_once(fixes, command, switched)
         if isinstance(outcome, Verification) and outcome.status in ("fix-failed", "skipped") and "window" in outcome.note:
-            outcome = self._run_once(fixes, command)
+            outcome = self._run_once(fixes, command, switched)
         return outcome
 
-    def _run_once(self, fixes: list[dict], command: list[str]) -> tuple[dict, dict | None] | Verification:
+    def _run_once(self, fixes: list[dict], command: list[str],
+                  switched: dict | None) -> tuple[dict, dict | None] | Verification:
         environment, arm = self.files.shadow_environment()
-        run = launch(command, {**self.window, "measure_only": True, "fixes": fixes}, self.timeout,
-                     environment=environment, scratch_in=arm, experiment=True)
+        run = launch(command, {**self.window, "measure_only": True, "fixes": fixes, "switched": switched},
+                     self.timeout, environment=environment, scratch_in=arm, experiment=True)
         try:
             if run.interrupted:
                 raise RunsInterrupted(run.stopped_by)
@@ -226,19 +262,29 @@ class RunVerifier:
             if (broken := run.read("fix_error.json")) is not None:
                 return Verification(status="fix-failed", note=broken["message"])
             window = run.read("window.json")
-            if not window or not window["samples_ms"]:
+            ended = bool(switched and window and window.get("ended_early") and run.returncode == 0)
+            if not window or not (window["samples_ms"] or ended or (window.get("blocks") or {}).get("baseline_ms")):
                 why = failure_line(run.stderr)
                 changed = bool(fixes) or command is not self.command
                 return Verification(status="fix-failed" if changed else "skipped",
                                     note="the script did not complete its timed window"
                                          + (" with the fix" if changed else "") + (f": {why}" if why else ""))
+            if switched:
+                from advisor.run import switched as switched_run
+
+                return window, switched_run.load(run.folder)
             from advisor.run import first_results
 
             return window, first_results.load(run.folder)
         finally:
-            label = ("with " + " + ".join(fix["slug"] for fix in fixes) if fixes
+            label = ("switched " if switched else "") + ("with " + " + ".join(fix["slug"] for fix in fixes) if fixes
                      else "patched source" if command is not self.command else "baseline")
             self.files.finish_run(arm, label, run.seconds, run.returncode, run.stdout)  # its shadow is thrown away
+
+
+def _fixes(findings: list[Finding]) -> list[dict]:
+    """The fixes as a verification run's spec carries them."""
+    return [{"slug": f.slug, "finding": f.model_dump(mode="json", exclude={"verification"})} for f in findings]
 
 
 def failure_line(stderr: str) -> str:

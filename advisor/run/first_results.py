@@ -28,6 +28,7 @@ class FirstResults:
         self.outputs: list[torch.Tensor] = []
         self.stepped: set[int] = set()
         self.first_forward_s: float | None = None
+        self.precision: str | None = None  # the reduced precision the model's first call computed in
         self._backward = None
 
     def watch_backward(self) -> None:
@@ -59,8 +60,8 @@ class FirstResults:
             self.outputs = [t.clone().cpu() for t in tensors_of(output)]
 
     def save(self, folder: str) -> None:
-        _save({"losses": self.losses, "gradients": self.gradients, "outputs": self.outputs},
-                   os.path.join(folder, FILE))
+        _save({"losses": self.losses, "gradients": self.gradients, "outputs": self.outputs,
+               "precision": self.precision}, os.path.join(folder, FILE))
 
 
 def load(folder: str) -> dict | None:

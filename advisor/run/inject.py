@@ -64,14 +64,16 @@ class Injection:
         self.switches = contextlib.ExitStack()
         self.model_fixed = False
 
-    def apply_now(self) -> None:
-        """What must be in place before the script builds its model, loader and optimizer."""
+    def apply_now(self, switched: bool = False) -> None:
+        """What must be in place before the script builds its model, loader and optimizer (``switched``:
+        the flags and the loaders are the switch's to set, block by block)."""
         candidate = self.candidate
-        self.enter_switches()
+        if not switched:
+            self.enter_switches()
         if candidate.detect_anomaly is not None:
             torch.autograd.set_detect_anomaly(candidate.detect_anomaly)
             torch.autograd.set_detect_anomaly = lambda *args, **kwargs: None  # the script's own call is the fix's target
-        if self.changes_loader:
+        if self.changes_loader and not switched:
             _rebuild_loaders_with(candidate.loader_options)
         if self.changes_ddp:
             _rebuild_ddp_with(candidate.ddp_options, candidate.ddp_sync_every)
@@ -93,6 +95,14 @@ class Injection:
 
     def fix_model(self, model: torch.nn.Module) -> None:
         """Transforms, layout, compilation and precision, on the live model before its first forward."""
+        forward = self.fixed_forward(model)
+        if forward is not model.forward:
+            model.forward = forward
+        self.model_fixed = True
+
+    def fixed_forward(self, model: torch.nn.Module) -> Callable[..., Any]:
+        """The model's forward with the fix: its transforms and layout made on the model, its compilation
+        and precision around the forward it had (``switched.py`` keeps both and swaps them)."""
         candidate = self.candidate
         for transform in candidate.model_transforms:
             transform(model)
@@ -107,9 +117,20 @@ class Injection:
             forward = torch.compile(forward, **options)
         if candidate.autocast_dtype is not None:
             forward = _under_autocast(forward, candidate.device.type, candidate.autocast_dtype)
-        if forward is not model.forward:
-            model.forward = forward
-        self.model_fixed = True
+        return forward
+
+
+def why_not_switched(baseline: Target, candidate: Target) -> str:
+    """Why this fix cannot be switched on and off between two steps of one run (``switched.py``), or ""."""
+    if candidate.ddp_options or candidate.ddp_sync_every:
+        return "DistributedDataParallel's options are fixed when the script wraps its model"
+    if candidate.channels_last:
+        return "channels_last changes the parameters' layout, which the optimizer's state follows"
+    if candidate.model_transforms:
+        return "the fix changes the model's own modules"
+    if candidate.detect_anomaly is not None:
+        return "anomaly mode is the script's own setting, made once"
+    return ""
 
 
 def _with_inputs(forward: Callable[..., Any], convert: Callable[[Any], Any]) -> Callable[..., Any]:

@@ -22,6 +22,8 @@ class MeasuredRun:
         self.model = window.spec.get("model") or {}  # the audit run's model: class, parameter count
         self.injection = None
         self.results = None
+        self.switch = None  # an A/B inside this run (switched.py): the fix on and off by blocks of steps
+        self.blocks = None
 
     def prepare(self) -> None:
         """Seed, inject the fixes, and find the model at its first call (its hooks, its first output)."""
@@ -37,22 +39,40 @@ class MeasuredRun:
         if "numpy" in sys.modules:
             sys.modules["numpy"].random.seed(0)
         window = self.window
+        switched = window.spec.get("switched")
         try:
             self.injection = Injection(*fixed_target({**window.spec, "script": window.script}))
-            self.injection.apply_now()
+            self.injection.apply_now(switched=bool(switched))
         except NotVerifiable as reason:
             window.write("fix_refused.json", {"reason": str(reason)})
             os._exit(0)
         except Exception as broken:  # noqa: BLE001 - a fix is code too
             window.write("fix_error.json", {"message": f"applying the fix raised {type(broken).__name__}: {broken}"})
             os._exit(0)
-        self.results = FirstResults()
-        self.results.watch_backward()
-        register_optimizer_step_pre_hook(self._before_optimizer_step)
+        if switched:
+            from torch.optim.optimizer import register_optimizer_step_post_hook
+
+            from advisor.run.failures import distributed
+            from advisor.run.switched import Blocks, Switch
+
+            self.switch = Switch(self.injection)
+            self.blocks = Blocks(self.switch, switched, distributed)
+            register_optimizer_step_pre_hook(lambda optimizer, args, kwargs: self.switch.before_optimizer_step(
+                optimizer, args, kwargs))
+            register_optimizer_step_post_hook(lambda optimizer, args, kwargs: self.switch.probe.after_optimizer_step())
+        else:
+            self.results = FirstResults()
+            self.results.watch_backward()
+            register_optimizer_step_pre_hook(self._before_optimizer_step)
         if self.model:
             on_first_call(model_matcher(self.model), self._model_found)
 
     def _model_found(self, model: Any) -> None:
+        if self.switch is not None:
+            if self.injection.changes_model or self.injection.candidate.step_contexts:  # flags change the forward too
+                self.switch.model_found(model)
+            self._hook_forwards(model)
+            return
         self.injection.enter_switches()
         if self.injection.changes_model:
             self.injection.fix_model(model)
@@ -60,10 +80,16 @@ class MeasuredRun:
         called = time.perf_counter()
 
         def first_output(module, args, output):
+            from advisor.capture.autocast import step_precision
+
             results.record_output(output)
+            results.precision = step_precision(module)  # inside the call: the script's autocast is still on
             results.first_forward_s = time.perf_counter() - called  # with the fix: torch.compile's time too
             recorder.remove()
         recorder = model.register_forward_hook(first_output)
+        self._hook_forwards(model)
+
+    def _hook_forwards(self, model: Any) -> None:
         window = self.window
         if window.kind == FORWARD:  # instance hooks: global ones would run inside a compiled forward
             window.hooks = [model.register_forward_pre_hook(window._enter_forward),
@@ -76,14 +102,25 @@ class MeasuredRun:
             self.injection.fix_optimizer(optimizer)  # before its first step builds any state
         self.results.before_optimizer_step(optimizer)
 
+    @property
+    def probing(self) -> bool:
+        """The numerics probe's own optimizer step is running: it is not a step of the script's."""
+        return self.switch is not None and self.switch.probe.inside
+
     def summary(self) -> dict:
         """What the run did: whether the model was fixed, what the graph rewrite changed (window.json)."""
-        self.results.save(self.window.out)
         injection = self.injection
+        if self.switch is not None:
+            self.switch.probe.save(self.window.out)
+        else:
+            self.results.save(self.window.out)
         rewrite = injection.rewrite
         return {"model_fixed": injection.model_fixed, "changes_model": injection.changes_model,
                 "compiled": injection.candidate.compiled,
-                "first_forward_s": self.results.first_forward_s, "changes_loader": injection.changes_loader,
+                "first_forward_s": self.results.first_forward_s if self.results is not None else None,
+                "first_fixed_extra_s": self.switch.probe.first_fixed_extra_s if self.switch is not None else None,
+                "changes_loader": injection.changes_loader,
                 "loader_options": injection.candidate.loader_options,
                 "rewrite_unapplied": rewrite.unapplied() if rewrite is not None else None,
-                "rewrite_described": rewrite.described() if rewrite is not None else ""}
+                "rewrite_described": rewrite.described() if rewrite is not None else "",
+                "blocks": self.blocks.summary() if self.blocks is not None else None}

@@ -15,9 +15,9 @@ recognised. After ``warmup`` steps, ``steps`` steps are timed profiler-free, the
 ``profile_steps`` more are profiled (timing and profiling never mixed). The results go to the
 spec's folder; the script is then stopped unless ``full``.
 
-A verification run (``measure_only``) times the window and nothing else: seeded alike, with the
-audit run's step kind and model given, and the fixes under test injected (``inject.py``); it
-records the first steps' results for the numerics check (``first_results.py``).
+A verification run (``measure_only``) times the window and nothing else: seeded alike, with the audit run's
+step kind and model given, the fixes under test injected (``inject.py``) and its first steps' results kept for
+the numerics check (``first_results.py``), or its fixes switched on and off by blocks of steps (``switched.py``).
 """
 
 from __future__ import annotations
@@ -170,7 +170,7 @@ class StepWindow(ProfiledSteps, TrainingSigns):
         return list(entry[0].parameters()) if entry is not None else []
 
     def _after_optimizer_step(self, optimizer, args, kwargs) -> None:
-        if os.getpid() != self.owner:
+        if os.getpid() != self.owner or (self.verification is not None and self.verification.probing):
             return
         key = id(optimizer)
         self.contents.optimizer_step(optimizer, args, kwargs)
@@ -295,6 +295,8 @@ class StepWindow(ProfiledSteps, TrainingSigns):
             self._drop_forward_hooks()  # their graph inputs are recorded; timed steps run without them
         if self.count == 1:
             self.write("progress.json", {"kind": self.kind, "first_step_s": time.monotonic()})
+        if self.verification is not None and self.verification.blocks is not None:  # an A/B inside this run
+            return self.verification.blocks.at_step_end(self, now)
         timed_end = self.warmup + self.steps
         if self.warmup < self.count <= timed_end and self.last is not None:
             # the step as audit times it: compute, without the wait for the next batch (the data's share)
@@ -304,10 +306,7 @@ class StepWindow(ProfiledSteps, TrainingSigns):
             self.data_wait_ms.append(self.waiting * 1000)
         if self.count == timed_end:
             self.machine.stop()
-        if self.count == timed_end and self.measure_only:
-            self.finish(stopped=True)
-        elif self.count == timed_end:
-            self._start_profiler()
+            self.finish(stopped=True) if self.measure_only else self._start_profiler()
         elif timed_end < self.count <= timed_end + self.profile_steps:
             self._next_profiled_step(self.count - timed_end)
         elif self.calls is not None and self.count >= timed_end + self.profile_steps + self.call_steps:

@@ -21,11 +21,12 @@ from advisor.rulekit.engine import RuleSet
 from advisor.rulekit.rule import Finding, FixSpec, NotVerifiable, Verification
 from advisor.verify.compiled import WatchedRewrite, eager_random_in_compiled_code
 from advisor.verify.interleave import interleave
-from advisor.verify.measure import verdict, why_inconclusive
-from advisor.verify.numerics import compare, gradients_after, outputs_after
+from advisor.verify.measure import power_said, smallest_resolvable, verdict, why_inconclusive
+from advisor.verify.numerics import compare, gradients_after, outputs_after, tolerance_at
 from advisor.verify.orchestrate import measure_fixes
 from advisor.verify.plan import MeasuredFixes
 from advisor.workload.feed import Feed
+from advisor.workload.reduced_precision import parameter_precision
 from advisor.workload.step import make_step
 from advisor.workload.target import Target, call_user
 
@@ -60,7 +61,7 @@ def measure_here(target: Target, ruleset: RuleSet, findings: list[Finding], budg
         fixes = [(finding, ruleset.get(finding.slug).fix_spec) for finding in chosen]
         label = chosen[0].slug if len(chosen) == 1 else "all fixes"
         return verify_one(target, fixes, Budget(seconds), progress, label, pairs)
-    return measure_fixes(findings, measure_set, None if pairs else budget_s, lambda: needed_s * 1.5,
+    return measure_fixes(findings, measure_set, None if pairs else budget_s, lambda chosen: needed_s * 1.5,
                          device=str(target.device), progress=progress)
 
 
@@ -132,6 +133,7 @@ def _verify_step(target: Target, candidate: Target, tolerance: float | None, bud
                             note=f"{unapplied}: the fix was not applied, so not measured")
     comparison = compare(base, cand)
     compile_s = round(first_call_s, 3) if candidate.compiled else None
+    tolerance, raised = tolerance_at(tolerance, parameter_precision(base_model))
     errors = dict(max_abs_error=comparison.max_abs_error, max_rel_error=comparison.max_rel_error,
                   tolerance=tolerance, compile_s=compile_s, device=device)
     if not comparison.baseline_finite:
@@ -140,8 +142,8 @@ def _verify_step(target: Target, candidate: Target, tolerance: float | None, bud
     if not comparison.within(tolerance):
         what = comparison.detail or (f"outputs differ by {comparison.max_rel_error:.3g} of their magnitude "
                                      f"(max abs {comparison.max_abs_error:.3g}), more than the {tolerance:g} allowed")
-        return Verification(status="numerics-failed", note=what, **errors)
-    note = _numerics_note(target, comparison)
+        return Verification(status="numerics-failed", note="; ".join(p for p in (what, raised) if p), **errors)
+    note = "; ".join(p for p in (_numerics_note(target, comparison), raised) if p)
     if rewrite is not None and (what := rewrite.described()):
         note += f"; the candidate rewrote {what}"
     return _interleaved(target, base_step, cand_step, budget, progress, label, pairs, errors, note)
@@ -230,8 +232,9 @@ def _measured(ab, fields: dict, note: str) -> Verification:
     status = verdict(ab.speedup, (low, high))
     if status == "inconclusive":
         note = "; ".join(n for n in (note, why_inconclusive(ab.speedup, (low, high))) if n)
+    note = "; ".join(n for n in (note, power_said((low, high))) if n)
     return Verification(
-        status=status,
+        status=status, resolves=smallest_resolvable((low, high)),
         speedup=round(ab.speedup, 4), ci_low=round(low, 4), ci_high=round(high, 4),
         baseline_ms=round(statistics.median(ab.baseline_ms), 4),
         candidate_ms=round(statistics.median(ab.candidate_ms), 4),

@@ -65,6 +65,20 @@ def verdict(speedup: float, speedup_interval: tuple[float, float]) -> str:
     return "inconclusive"
 
 
+def smallest_resolvable(speedup_interval: tuple[float, float]) -> float | None:
+    """The power of these pairs: the smallest speedup (or, inverted, slowdown) an interval this wide would
+    have called verified (slower): beyond 1 by MIN_EFFECT at its low end, and no wider than the effect."""
+    low, high = speedup_interval
+    if low <= 0 or high <= 0:
+        return None
+    return round((1.0 + MIN_EFFECT) * math.sqrt(high / low), 4)
+
+
+def power_said(speedup_interval: tuple[float, float]) -> str:
+    resolves = smallest_resolvable(speedup_interval)
+    return "" if resolves is None else f"these pairs resolve a change of {resolves:.2f}x or more either way"
+
+
 def why_inconclusive(speedup: float, speedup_interval: tuple[float, float]) -> str:
     low, high = speedup_interval
     return (f"the interval [{low:.2f}-{high:.2f}] is too wide to call {speedup:.2f}x a gain, a loss or no change "

@@ -29,6 +29,20 @@ class Comparison:
         return self.baseline_finite and self.structure_matches and self.max_rel_error <= tolerance
 
 
+# A fix's tolerance is set for a step in float32. A step that computes in a reduced precision rounds every
+# operation to it, so the same computation reordered (fused, compiled, another kernel) differs by about its
+# rounding, whatever the fix: bfloat16 keeps 8 bits of mantissa (0.4% per rounding), float16 11 (0.05%).
+REDUCED_PRECISION_TOLERANCE = {"bfloat16": 1e-2, "float16": 1e-3}
+
+
+def tolerance_at(tolerance: float, precision: str | None) -> tuple[float, str]:
+    """(the tolerance for a step computing in ``precision``, a note when it was raised for it)."""
+    floor = REDUCED_PRECISION_TOLERANCE.get(precision or "", 0.0)
+    if floor <= tolerance:
+        return tolerance, ""
+    return floor, f"the step computes in {precision}: its rounding, {floor:g}, is the tolerance, not the fix's {tolerance:g}"
+
+
 def tensors_of(value: Any) -> list[torch.Tensor]:
     leaves, _ = tree_flatten(value)
     return [leaf.detach() for leaf in leaves if isinstance(leaf, torch.Tensor)]

@@ -89,38 +89,39 @@ def contended_loss(verification: Verification) -> list[str]:
 
 
 def measure_fixes(findings: list[Finding], measure_set: Callable[[list[Finding], float], Verification],
-                  budget_s: float | None, minimum_s: Callable[[], float] = lambda: 0.0, device: str = "",
+                  budget_s: float | None, minimum_s: Callable[[list[Finding]], float] = lambda chosen: 0.0, device: str = "",
                   progress: Callable[[str], None] = lambda text: None) -> MeasuredFixes:
     """Each finding's fix alone (findings as planned: most impact first), then every verified fix together,
     wherever the entry point runs them (``measure_set(findings, seconds)``: a child per set, runs of a
     script, or copies in this process). Each gets an equal share of the budget left, with one share kept
-    for all together; a fix is skipped when less than ``minimum_s()`` is left (what one measurement needs
+    for all together; a fix is skipped when less than ``minimum_s([finding])`` is left (what its measurement needs
     at the least). ``budget_s=None``: no time limit (the entry point measures a fixed number of pairs)."""
     began = time.monotonic()
 
     def left() -> float:
         return float("inf") if budget_s is None else budget_s - (time.monotonic() - began)
     measured = MeasuredFixes()
+    by_id = {finding.id: finding for finding in findings}
     verified: list[Finding] = []
     together = 1 if len(findings) > 1 else 0
     skipped: list[str] = []
     for index, finding in enumerate(findings):
-        if left() < minimum_s():
+        if left() < minimum_s([finding]):
             skipped.append(finding.id)
             continue
         progress(f"{finding.slug}: measuring its fix against the baseline, alternately")
-        outcome = measure_set([finding], max(left() / (len(findings) - index + together), minimum_s()))
+        outcome = measure_set([finding], max(left() / (len(findings) - index + together), minimum_s([finding])))
         measured.results[finding.id] = outcome
         if outcome.status == "verified":
             verified.append(finding)
     if skipped:  # what would have measured them: the time spent, plus one minimal measurement each
-        wanted = (time.monotonic() - began) + len(skipped) * minimum_s()
+        wanted = (time.monotonic() - began) + sum(minimum_s([by_id[finding_id]]) for finding_id in skipped)
         for finding_id in skipped:
             measured.results[finding_id] = Verification(
                 status="skipped", device=device,
                 note=f"verification budget spent (--budget {budget_s:g} s); about --budget {wanted:.0f} would "
                      f"measure the {len(skipped)} fix(es) skipped")
-    if len(verified) > 1 and left() >= minimum_s():
+    if len(verified) > 1 and left() >= minimum_s(verified):
         progress("all verified fixes together, against the baseline, alternately")
         measured.combined = measure_set(verified, left())
     elif len(verified) == 1:
