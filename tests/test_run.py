@@ -429,6 +429,31 @@ def test_a_loader_fix_is_switched_inside_one_run_through_a_twin_loader_on_the_sa
     assert "only the loader's settings differ" in measured.note and "rebuilt with num_workers=1" in measured.note
 
 
+def test_a_step_that_computes_in_bfloat16_is_judged_at_its_rounding_however_autocast_is_entered(tmp_path):
+    # accelerate (under HF's Trainer, trl) wraps the model's own forward in autocast: the region is entered inside
+    # the model's call, where the probe reads it
+    script = write_model(tmp_path, """
+        import torch
+        from torch import nn
+
+        model = nn.Sequential(nn.Linear(64, 256), nn.GELU(), nn.Linear(256, 64))
+        model.forward = torch.autocast("cpu", dtype=torch.bfloat16)(model.forward)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+        x, y = torch.randn(32, 64), torch.randn(32, 64)
+        for step in range(200):
+            torch.nn.functional.mse_loss(model(x).float(), y).backward()
+            optimizer.step()
+            optimizer.zero_grad()
+    """, name="bf16_train.py")
+    rules = _rules_folder(tmp_path, {"compile_bf16.py": _fixing_rule(
+        "test-compile-bf16", "TST008", 0.2, 1e-6, "torch.compile", 'replace_target(target, compile_mode="default")')})
+    report = _run(script, tmp_path / "out", steps=6, verify=True, pairs=2, rule_dirs=(str(rules),),
+                  disabled=("kernel-storm", "missing-amp")).report
+    measured = next(f for f in report.findings if f.slug == "test-compile-bf16").verification
+    assert measured.tolerance == 1e-2 and "the step computes in bfloat16" in measured.note, measured
+    assert measured.status != "numerics-failed" and measured.timed == "block"
+
+
 def _library_lines(report) -> list[str]:
     from advisor.sources import is_library_path
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 from collections import Counter
-from typing import Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -31,6 +31,23 @@ def step_precision(model: torch.nn.Module) -> str | None:
 
     active = autocast_dtype_now()
     return active if active in ("bfloat16", "float16") else parameter_precision(model)
+
+
+def watch_precision(model: torch.nn.Module) -> tuple[list[str], Callable[[], None]]:
+    """(the reduced precisions the model's modules compute in from now on, a function that stops watching).
+    Read at each module's call, inside the model's forward: an autocast region entered there, or around the
+    forward by a wrapper (accelerate installs one as the model's ``forward``), is seen, not only one around it."""
+    seen: list[str] = []
+
+    def record(module: torch.nn.Module, args: Any) -> None:
+        if (found := step_precision(module)) is not None and found not in seen:
+            seen.append(found)
+    handles = [module.register_forward_pre_hook(record) for module in model.modules()]
+
+    def stop() -> None:
+        for handle in handles:
+            handle.remove()
+    return seen, stop
 
 
 def _enabled(device_type: str) -> bool:

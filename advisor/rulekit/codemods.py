@@ -132,12 +132,21 @@ class Source:
     # ---- edits ---------------------------------------------------------------------------------
 
     def set_keywords(self, call: Any, **values: Any) -> Change:
-        """The call with these keywords set (a Python value, written as its repr) or removed (None)."""
+        """The call with these keywords set (a Python value, written as its repr) or removed (None). A keyword
+        the call does not name, where it passes a ``**mapping``, is set in that mapping (``**{**kwargs, "k": v}``):
+        the mapping may hold it already, and naming it twice fails when the call runs."""
         import libcst
+
+        mappings = [arg for arg in call.args if arg.star == "**"]
+        named = {arg.keyword.value for arg in call.args if arg.keyword is not None}
+        if len(mappings) > 1 and any(value is not None and name not in named for name, value in values.items()):
+            raise NoEdit(f"the call at {self.path}:{self.span(call)[0]} passes {len(mappings)} ** mappings, any of "
+                         f"which may already set {', '.join(values)}: the edit is not certain")
 
         def rewrite(node: Any) -> Any:
             args = [arg for arg in node.args if not (arg.keyword is not None and arg.keyword.value in values
                                                      and values[arg.keyword.value] is None)]
+            into_mapping: dict[str, Any] = {}
             for name, value in values.items():
                 if value is None:
                     continue
@@ -147,9 +156,17 @@ class Source:
                         args[index] = arg.with_changes(value=expression)
                         break
                 else:
+                    if mappings:
+                        into_mapping[name] = value
+                        continue
                     args.append(libcst.Arg(keyword=libcst.Name(name), value=expression,
                                            equal=libcst.AssignEqual(whitespace_before=libcst.SimpleWhitespace(""),
                                                                     whitespace_after=libcst.SimpleWhitespace(""))))
+            if into_mapping:
+                index = next(i for i, arg in enumerate(args) if arg.star == "**")
+                inner = libcst.Module([]).code_for_node(args[index].value)
+                merged = ", ".join(f'"{name}": {value!r}' for name, value in into_mapping.items())
+                args[index] = args[index].with_changes(value=libcst.parse_expression(f"{{**{inner}, {merged}}}"))
             return node.with_changes(args=commas_fixed(args, node.args))
 
         said = ", ".join(f"{k}={v!r}" if v is not None else f"without {k}" for k, v in values.items())

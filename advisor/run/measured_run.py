@@ -76,14 +76,18 @@ class MeasuredRun:
         self.injection.enter_switches()
         if self.injection.changes_model:
             self.injection.fix_model(model)
+        from advisor.capture.autocast import watch_precision
+
         results = self.results
+        # the precision its first call computes in, read in a run without a change to the model (hooks inside a
+        # compiled forward would be compiled with it)
+        seen, stop_watching = watch_precision(model) if not self.injection.changes_model else ([], lambda: None)
         called = time.perf_counter()
 
         def first_output(module, args, output):
-            from advisor.capture.autocast import step_precision
-
             results.record_output(output)
-            results.precision = step_precision(module)  # inside the call: the script's autocast is still on
+            stop_watching()
+            results.precision = seen[0] if seen else None
             results.first_forward_s = time.perf_counter() - called  # with the fix: torch.compile's time too
             recorder.remove()
         recorder = model.register_forward_hook(first_output)

@@ -59,14 +59,18 @@ class Probe:
         """The forward as the script has it and with the fix, on the same arguments; in training also the
         gradients of their outputs' mean (the script's loss is not known here). Both are the probe's own:
         their random draws and buffer updates are put back, and the script's forward runs after them."""
-        from advisor.capture.autocast import step_precision
+        from advisor.capture.autocast import watch_precision
 
         self.forward_pending = False
-        self.precision = step_precision(model)
         parameters = [p for p in model.parameters() if p.requires_grad] if torch.is_grad_enabled() else []
         switch.flags(False)  # the reference as the script has it: its own flags too
         began = time.perf_counter()
-        self.reference += self._probed(model, original, args, kwargs, parameters)
+        seen, stop_watching = watch_precision(model)
+        try:
+            self.reference += self._probed(model, original, args, kwargs, parameters)
+        finally:
+            stop_watching()
+        self.precision = seen[0] if seen else None
         switch.flags(True)
         middle = time.perf_counter()
         self.candidate += self._probed(model, fixed, args, kwargs, parameters)
