@@ -1,0 +1,65 @@
+"""What a newcomer reads: a short README with the two set-up commands and links that resolve, and the docs site
+(docs/, mkdocs.yml) with a page per rule generated from the rule itself; nothing dated, nothing outside the
+repository linked."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from advisor.rulekit.engine import load_rules
+from advisor.rulekit.rule_page import rule_page, rules_index
+from conftest import ROOT
+
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+PAGES = sorted((ROOT / "docs").rglob("*.md"))
+
+
+def test_the_readme_is_short_and_gives_the_two_commands_a_newcomer_pastes():
+    assert len(README.splitlines()) <= 200
+    commands = re.findall(r"```bash\n(.*?)\n```", README, re.S)
+    assert len(commands) == 2, commands
+    audit, tests = commands
+    assert "pip install" in audit and "advisor audit samples/" in audit
+    assert "pip install -e '.[test]'" in tests and tests.endswith("python3 -m pytest -q")
+    assert "python3 -m pytest -q" in (ROOT / ".ci" / "run").read_text(encoding="utf-8")  # CI runs that command
+
+
+def test_the_readmes_links_into_the_docs_resolve():
+    links = re.findall(r"\]\((docs/[^)#]+)", README)
+    assert links and all((ROOT / link).is_file() for link in links), [link for link in links if not (ROOT / link).is_file()]
+
+
+@pytest.mark.parametrize("path", [ROOT / "README.md", *PAGES], ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_nothing_dated_and_nothing_outside_the_repository(path):
+    text = path.read_text(encoding="utf-8")
+    assert "../shared" not in text and "DESIGN.md" not in text
+    assert not re.search(r"\b20\d\d-\d\d-\d\d\b", text), "dated figures belong in bench/README.md"
+    assert not re.search(r"\bissue \d+", text, re.I)
+
+
+@pytest.mark.parametrize("rule", load_rules().rules, ids=lambda r: r.slug)
+def test_every_rule_has_a_page_from_its_own_docs_thresholds_and_fix(rule):
+    page = rule_page(rule)
+    assert page.startswith(f"# {rule.code} {rule.slug}\n") and f"Layer: {rule.layer.value}" in page
+    for section in ("## What it detects", "## Why it matters", "## How to fix", "## Fix and its safety"):
+        assert section in page
+    assert all(f"`{name}`" in page for name in rule.thresholds)
+    if rule.patch_spec is not None:
+        assert ("(safe:" if rule.patch_spec.safe else "--unsafe-fixes") in page
+    assert f"[{rule.slug}]({rule.slug}.md)" in rules_index(load_rules().rules)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("mkdocs") is None or importlib.util.find_spec("material") is None,
+                    reason="the docs extra (mkdocs, mkdocs-material) is not installed")
+def test_the_docs_site_builds_strictly_with_every_rules_page(tmp_path):
+    built = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path)],
+                           cwd=ROOT, capture_output=True, text=True, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+    assert built.returncode == 0, built.stderr[-3000:]
+    assert all((tmp_path / "rules" / rule.slug / "index.html").is_file() for rule in load_rules().rules)
