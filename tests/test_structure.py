@@ -98,8 +98,6 @@ def test_rules_never_run_the_model():
 # schema; the rule kit; the records everything shares; the base every layer may use.)
 LAYERS = (
     ("advisor", "cli", "__main__"),
-    ("cli_fix",),
-    ("cli_common",),
     ("commands",),
     ("run",),
     ("ready",),
@@ -221,3 +219,15 @@ def test_diff_analyze_and_the_parents_of_audit_and_run_start_without_torch():
              "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))")
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, check=True)
     assert result.stdout.strip() == "[]"
+
+
+def test_every_command_line_option_is_declared_once():
+    """An option several commands take is declared once (``advisor/cli/flags.py``) and shared, so its help, default
+    and type cannot drift apart between the commands."""
+    declared: dict[str, list[str]] = {}
+    for path in sorted((ROOT / "advisor" / "cli").glob("*.py")):
+        for node in ast.walk(_tree(path)):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "option"
+                    and node.args and isinstance(node.args[0], ast.Constant)):
+                declared.setdefault(node.args[0].value, []).append(f"{path.name}:{node.lineno}")
+    assert declared and {name: places for name, places in declared.items() if len(places) > 1} == {}

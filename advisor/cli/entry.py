@@ -1,4 +1,5 @@
-"""The command line: ``advisor audit``, ``run``, ``ready``, ``analyze``, ``diff``, ``fix``, ``rules [explain SLUG]``."""
+"""The commands: ``advisor audit``, ``run``, ``ready``, ``analyze``, ``diff``, ``rules [explain SLUG]`` (``fix``: its own
+module)."""
 
 from __future__ import annotations
 
@@ -8,24 +9,23 @@ import sys
 
 import click
 
-from advisor.cli_common import (
+import advisor.cli.flags as flags
+from advisor.cli.common import (
     EXIT_FAILED,
-    PAIRS_HELP,
-    SHADOW_LIMIT_HELP,
     check_model_file,
     fail,
     formats_of,
     model_file_options,
+    no_such_file,
     report_options,
 )
-from advisor.cli_fix import fix
+from advisor.cli.fix_command import fix
 from advisor.commands.analyze import AnalyzeOptions, run_analyze
 from advisor.errors import stop_name, stop_on_signals
 from advisor.report.terminal import print_problems, print_summary
 from advisor.report.write import write_reports
 from advisor.rulekit import severity
 from advisor.rulekit.engine import BrokenInstall, load_rules
-from advisor.rulekit.rule import Severity
 from advisor.rulekit.thresholds import SettingError, with_settings
 from advisor.trace.gc_pause import gc_paused
 from advisor.version import __version__
@@ -93,21 +93,17 @@ def _audit_and_report(audit_with, subject: str, stem: str, out_dir: str, formats
 @click.option("--steps", type=click.IntRange(min=2), default=20, show_default=True, help="Steps timed profiler-free.")
 @click.option("--full", is_flag=True, help="Let the script finish after the window (default: stop it).")
 @click.option("--show-output", is_flag=True, help="Show the script's stdout and stderr as it runs.")
-@click.option("--verify/--no-verify", default=True, help="Verify injectable fixes by running the script again.")
-@click.option("--budget", type=click.FloatRange(min=0), default=120, show_default=True,
-              help="Seconds for fix verification.")
+@flags.verify("Verify injectable fixes by running the script again.")
+@flags.budget()
 @click.option("--step-marker", default="", metavar="QUALNAME",
               help="A function whose every return ends a step (train_step, or module:Class.method).")
-@click.option("--mode", type=click.Choice(["auto", "train", "inference"]), default="auto", show_default=True,
-              help="auto: train once the script creates an optimizer or runs a backward (a step is an optimizer "
-                   "step), else inference (a step is a forward of the outermost module).")
-@click.option("--timeout", type=click.FloatRange(min=1), default=300, show_default=True,
-              help="Seconds the script may run before it is stopped (between two steps).")
-@click.option("--pairs", type=click.IntRange(min=2), default=None, metavar="N", help=PAIRS_HELP)
-@click.option("--shadow-limit", "shadow_limit", type=click.FloatRange(min=0, min_open=True), default=None, metavar="MB",
-              help=SHADOW_LIMIT_HELP)
-@click.option("--quiet", is_flag=True, help="No progress on stderr.")
-@click.option("--debug", is_flag=True, help="Show tracebacks of failures.")
+@flags.mode("auto: train once the script creates an optimizer or runs a backward (a step is an optimizer step), "
+            "else inference (a step is a forward of the outermost module).")
+@flags.timeout("Seconds the script may run before it is stopped (between two steps).")
+@flags.pairs()
+@flags.SHADOW_LIMIT
+@flags.QUIET
+@flags.DEBUG
 def run(command, out_dir, formats, rule_dirs, settings, disabled, fail_on, warmup_steps, steps, full, show_output,
         step_marker, mode, verify, budget, timeout, pairs, shadow_limit, quiet, debug) -> None:
     """Audit an unmodified script: advisor run [OPTIONS] -- python train.py --its --args"""
@@ -122,7 +118,7 @@ def run(command, out_dir, formats, rule_dirs, settings, disabled, fail_on, warmu
                          shadow_limit_mb=shadow_limit)
     script = options.script
     if script.endswith(".py") and not os.path.isfile(script):
-        fail(f"{script}: no such file; advisor run runs the command after --, e.g. advisor run -- python train.py")
+        fail(no_such_file(script, "advisor run runs the command after --, e.g. advisor run -- python train.py"))
     _audit_and_report(lambda progress: run_script(options, progress), script, options.stem, out_dir, chosen, fail_on,
                       quiet, debug)
 
@@ -159,17 +155,15 @@ def _batch_sizes(value: str) -> tuple[int, ...]:
               help="Largest change of the outputs under reduced precision, over their magnitude.")
 @click.option("--determinism-tolerance", type=click.FloatRange(min=0), default=0.0, show_default=True,
               help="Largest difference between two calls, over the outputs' magnitude (0: bit for bit).")
-@click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda[:N].")
-@click.option("--out", "out_dir", default="reports", show_default=True, help="Folder for the reports.")
-@click.option("--format", "formats", default="html,json", show_default=True, help="Comma-separated: html,json,md,sarif.")
-@click.option("--fail-on", type=click.Choice(["fail", "warn"]), default="fail", show_default=True,
-              help="Exit 1 when a check fails (or also when one warns).")
-@click.option("--set", "settings", multiple=True, metavar="ready.LIMIT=VALUE",
-              help="Override a readiness limit (memory_warn_share, cold_start_warn_ms, ...; see the README).")
-@click.option("--timeout", type=click.FloatRange(min=1), default=300, show_default=True,
-              help="Seconds each stage may run before it is stopped.")
-@click.option("--quiet", is_flag=True, help="No progress on stderr.")
-@click.option("--debug", is_flag=True, help="Show tracebacks of failures.")
+@flags.DEVICE
+@flags.out()
+@flags.FORMAT
+@flags.fail_on(["fail", "warn"], "fail", "Exit 1 when a check fails (or also when one warns).")
+@flags.settings("ready.LIMIT=VALUE", "Override a readiness limit (memory_warn_share, cold_start_warn_ms, ...; see the "
+                                     "docs of advisor ready).")
+@flags.timeout()
+@flags.QUIET
+@flags.DEBUG
 def ready(model_file, batch_sizes, latency_budget, precision, precision_tolerance, determinism_tolerance, device,
           out_dir, formats, fail_on, settings, timeout, quiet, debug) -> None:
     """Check MODEL_FILE is ready to deploy: export, compile, latency per batch size, memory, ..."""
@@ -178,8 +172,7 @@ def ready(model_file, batch_sizes, latency_budget, precision, precision_toleranc
 
     chosen = formats_of(formats)
     sizes = _batch_sizes(batch_sizes)
-    if not os.path.isfile(model_file):
-        fail(f"{model_file}: no such file; pass the path of a model file defining get_model() and get_inputs()")
+    check_model_file(model_file)
     try:
         limits = with_settings(LIMITS_OWNER, LIMITS, settings)
     except (SettingError, BrokenInstall) as bad:
@@ -197,7 +190,7 @@ def ready(model_file, batch_sizes, latency_budget, precision, precision_toleranc
 @cli.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
 @report_options
-@click.option("--debug", is_flag=True, help="Show tracebacks of failures.")
+@flags.DEBUG
 def analyze(paths, out_dir, formats, rule_dirs, settings, disabled, fail_on, debug) -> None:
     """Audit recorded Kineto traces (.json / .json.gz, or a folder of per-rank traces)."""
     chosen = formats_of(formats)
@@ -238,16 +231,13 @@ def _analyze(options: AnalyzeOptions, first_path: str, out_dir: str, chosen: tup
               help="Change (0.05 = 5%) the 95% interval of the step time (or a latency percentile) must "
                    "clear before the diff calls it; exit 1 on a regression or a readiness check that got worse.")
 @click.option("--html", "html_path", type=click.Path(dir_okay=False), help="Also write the diff as HTML here.")
-@click.option("--fail-on", type=click.Choice([s.value for s in Severity]), default=None,
-              help="Also exit 1 when the new report adds a finding at or above this severity (default: only a "
-                   "regression fails).")
+@flags.fail_on(default=None, help="Also exit 1 when the new report adds a finding at or above this severity "
+                                 "(default: only a regression fails).")
 @click.option("--remeasure", is_flag=True,
               help="OLD and NEW are two model files, or two scripts (run as `python FILE -- ARGS`): time their steps "
                    "against each other in interleaved pairs (a diff within noise settled); outputs are not compared.")
-@click.option("--budget", type=click.FloatRange(min=1), default=60.0, show_default=True,
-              help="--remeasure: seconds of interleaved pairs.")
-@click.option("--pairs", type=click.IntRange(min=2), default=None, metavar="N",
-              help="--remeasure: exactly N pairs instead of --budget.")
+@flags.budget("--remeasure: seconds of interleaved pairs.", default=60.0, least=1)
+@flags.pairs("--remeasure: exactly N pairs instead of --budget.")
 def diff(old_report, new_report, script_args, threshold, html_path, fail_on, remeasure, budget, pairs) -> None:
     """Compare two JSON reports: step time, findings, readiness checks and latency (exit 1 on regression);
     with --remeasure, time two model files (or two scripts, given the same ARGS after --) against each other."""
@@ -285,7 +275,7 @@ def _remeasure(old_file: str, new_file: str, script_args: tuple[str, ...], thres
 
 
 @cli.group(invoke_without_command=True)
-@click.option("--rules", "rule_dirs", multiple=True, type=click.Path(), help="Extra folder of rule files.")
+@flags.RULES
 @click.pass_context
 def rules(ctx: click.Context, rule_dirs) -> None:
     """List the rules (or explain one: advisor rules explain SLUG)."""
@@ -302,8 +292,8 @@ def rules(ctx: click.Context, rule_dirs) -> None:
 @click.option("--code", default="USR001", show_default=True, help="The rule's code (two to five capitals, three digits).")
 @click.option("--layer", type=click.Choice(["hardware", "runtime", "model", "application"]), default="model",
               show_default=True, help="Where the latency it finds hides.")
-@click.option("--out", "folder", default="my_rules", show_default=True, type=click.Path(file_okay=False),
-              help="Folder for the rule file (load it with --rules FOLDER) and its samples.")
+@flags.out("the rule file (load it with --rules FOLDER) and its samples", "my_rules", "folder",
+           type=click.Path(file_okay=False))
 @click.pass_obj
 def new(ruleset, slug: str, code: str, layer: str, folder: str) -> None:
     """Write a new rule's file and a positive and a negative sample for it."""

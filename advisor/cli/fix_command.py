@@ -8,7 +8,8 @@ import sys
 
 import click
 
-from advisor.cli_common import check_model_file, fail, model_file_options
+import advisor.cli.flags as flags
+from advisor.cli.common import check_model_file, fail, model_file_options
 from advisor.errors import stop_name
 from advisor.report.assembly import failed
 from advisor.report.terminal import print_problems
@@ -23,10 +24,10 @@ from advisor.rulekit.thresholds import SettingError
 @click.option("--unsafe-fixes", "unsafe", is_flag=True, help="Also make edits that change results by design.")
 @click.option("--apply", "apply_edits", is_flag=True,
               help="Write the held edits into the source files (after the re-audit; originals kept as .advisor-orig).")
-@click.option("--out", "out_dir", default="reports", show_default=True, help="Folder for the patch and its report.")
-@click.option("--rules", "rule_dirs", multiple=True, type=click.Path(), help="Extra folder of rule files.")
-@click.option("--set", "settings", multiple=True, metavar="SLUG.THRESHOLD=VALUE", help="Override a threshold.")
-@click.option("--disable", "disabled", multiple=True, metavar="SLUG", help="Turn a rule off.")
+@flags.out("the patch and its report")
+@flags.RULES
+@flags.settings()
+@flags.DISABLE
 @model_file_options
 def fix(target, from_report, unsafe, apply_edits, out_dir, rule_dirs, settings, disabled, mode, device, timeout,
         verify, budget, pairs, shadow_limit, quiet, debug) -> None:
