@@ -11,10 +11,10 @@ outputs) of the first candidate run against the first baseline run, within the r
 tolerance, once two baseline runs have shown the script gives the same values run to run (a fix that
 changes the results is known then, before its second run).
 A fix that can be switched between two steps of one run (the model's forward, the optimizer's options,
-a library flag: ``switched.py``) is measured inside runs of the script instead: the fix on and off by
-blocks of steps, many pairs in one process, its numerics compared at the first step with it on; whole
-runs are for the rest (the loader's settings, DDP's, the model's layout or modules, the saves skipped),
-and for a script that ends before a pair of blocks.
+a library flag, the loader through a twin: ``switched.py``) is measured inside runs of the script instead:
+the fix on and off by blocks of steps, many pairs in one process, its numerics compared at the first step
+with it on (``switched_arms.py``); whole runs are for the rest (DDP's options, the model's layout or
+modules, anomaly mode, the saves skipped), and for a script that never gets through the minimum pairs.
 Fixes verified one by one are then measured together. After the minimum runs, a fix stops being
 run once its interval clears the no-gain band (a verdict already decided), or when its share of
 the budget is spent.

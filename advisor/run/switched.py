@@ -1,15 +1,18 @@
 """A/B inside one run of the script: the script as it is and with a fix, alternating by blocks of steps.
 
 Where a fix can be switched between two steps (the model's forward swapped for its fixed version:
-torch.compile, a graph rewrite, autocast; the optimizer's options: foreach, fused; a library flag), a
+torch.compile, a graph rewrite, autocast; the optimizer's options: foreach, fused; a library flag; the
+loader's settings: a twin DataLoader on the same dataset and sampler serves the batches while the fix is on), a
 verification run (an experiment, in a shadow like every other) runs the script once and switches the fix
 on and off at step boundaries, so the pairs are many and carry no noise between processes.
 
 The schedule, after the window's warm-up steps: one block with the fix on, not timed (torch.compile
 compiles there, and the numerics probe runs at its first step); then pairs of blocks, the order alternating
 (fix-less first, then fix first: a drift through the run cancels within two pairs). The first step of each
-block, the one after the switch, is not timed. A pair gives the two blocks' median step times. The run ends
-itself at a step's end once its pairs decide a verdict, at the parent's deadline or at the most pairs; under
+block, the one after the switch, is not timed (with a loader switched, neither are those its workers' queue
+serves from batches made while the other arm ran; a step is then timed with its wait for data). A pair gives
+the two blocks' median step times. The run ends itself at a step's end once its pairs decide a verdict, at
+the parent's deadline or at the most pairs; under
 torchrun every rank runs exactly the most pairs, so all ranks stop at the same step.
 
 Numerics, at the first step with the fix on: the model's forward runs on the same arguments as the script
