@@ -181,6 +181,7 @@ class FixSpec:
     what: str = ""
     needs_cuda: str = ""
     expected: Callable[[Any], str | None] | None = None
+    whole_runs: str = ""  # why the fix cannot be switched on and off between steps of one run of a script
 
     def unmeasurable(self, finding: Any, device: str) -> str | None:
         """Why this finding's fix is reported as expected rather than measured, here; None to measure it."""
@@ -229,7 +230,7 @@ class Rule:
         return self.docs.title or self.slug
 
     def fix(self, fn: Callable[..., Any] | None = None, *, tolerance: float = 1e-5, what: str = "",
-            needs_cuda: str = "", expected: Callable[[Any], str | None] | None = None):
+            needs_cuda: str = "", expected: Callable[[Any], str | None] | None = None, whole_runs: str = ""):
         """Register ``fix(target, finding) -> Target``, which makes findings verifiable.
 
         Use bare (``@check.fix``) or with the numerical tolerance the change allows
@@ -237,11 +238,13 @@ class Rule:
         (see ``advisor.rulekit.fixing``); it never mutates the one it is given. ``needs_cuda="why"``
         declares a change that only shows on a CUDA device; ``expected=fn(finding)`` returns the
         reason a finding cannot be measured (or None). Both are decided before any model runs.
+        ``whole_runs="why"``: under ``advisor run`` the fix is measured in whole runs of the script, not
+        switched between its steps (a cost that falls on some steps only).
         A fix may still raise NotVerifiable when the device it runs on lacks what it needs.
         """
         def register(function: Callable[..., Any]) -> Callable[..., Any]:
             self.fix_spec = FixSpec(apply=function, tolerance=tolerance, what=what or function.__doc__ or "",
-                                    needs_cuda=needs_cuda, expected=expected)
+                                    needs_cuda=needs_cuda, expected=expected, whole_runs=whole_runs)
             return function
         return register(fn) if fn is not None else register
 

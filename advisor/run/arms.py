@@ -41,7 +41,6 @@ from advisor.verify.plan import MeasuredFixes
 MAX_PAIRS = 8
 REPEATABLE = 1e-6  # two baseline runs within this share of their magnitude: the script is seeded alike
 NOTES = {"checkpoint-in-step": "the saves skipped: the most an asynchronous save can gain"}
-WHOLE_RUNS = {"checkpoint-in-step": "its saves fall on some steps only, which blocks of steps may miss"}
 
 
 @dataclass
@@ -148,8 +147,9 @@ class RunVerifier:
         if not findings:
             return "no fix to switch"
         for finding in findings:
-            if finding.slug in WHOLE_RUNS:
-                return WHOLE_RUNS[finding.slug]
+            if spec := self.ruleset.get(finding.slug).fix_spec:
+                if spec.whole_runs:
+                    return spec.whole_runs
         from advisor.rulekit.rule import NotVerifiable
         from advisor.run.inject import fixed_target, why_not_switched
 

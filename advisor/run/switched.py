@@ -24,7 +24,6 @@ state put back, with the fix's. The values go to the parent, which compares them
 
 from __future__ import annotations
 
-import contextlib
 import os
 import statistics
 import time
@@ -162,7 +161,6 @@ class Switch:
     def __init__(self, injection: Injection):
         self.injection = injection
         self.on = False
-        self.entered = contextlib.ExitStack()
         self.own_options: dict[int, tuple[Any, list[dict]]] = {}  # optimizer id -> (it, each group's own options)
         self.probe = Probe()
         self.twins: dict[int, Any] = {}  # a loader's id -> its twin with the fix's settings
@@ -234,11 +232,11 @@ class Switch:
             self.options(optimizer, on)
 
     def flags(self, on: bool) -> None:
+        """The fix's flags and silenced calls entered (the injection's own), or left: the script's back."""
         if on:
-            for switch in self.injection.candidate.step_contexts:
-                self.entered.enter_context(switch())
+            self.injection.enter_switches()
         else:
-            self.entered.close()
+            self.injection.switches.close()
 
     def options(self, optimizer: Any, on: bool) -> None:
         """The fix's options on every group, or the script's own back; a step counter follows (a fused
