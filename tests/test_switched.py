@@ -130,3 +130,10 @@ def test_a_step_in_bfloat16_is_judged_at_its_own_rounding_and_says_so():
     probe.update(precision=None, candidate=[torch.ones(4) * 1.002])
     failed, _ = probe_numerics(_verifier(), probe, 1e-4)
     assert failed is not None  # in float32 the fix's own tolerance holds
+
+
+def test_with_pairs_given_a_run_gives_exactly_that_many_whatever_its_verdict():
+    switch = SwitchRecord()
+    blocks = Blocks(switch, {"block": 3, "most_pairs": 9, "deadline": 0.0, "exact": True}, lambda: False)
+    _drive(switch, blocks, fix_ms=5.0, baseline_ms=10.0)
+    assert len(blocks.baseline_ms) == 9  # decided at 6 pairs, but --pairs asked for 9

@@ -306,6 +306,7 @@ class Blocks:
         self.switch = switch
         self.steps = int(spec["block"])  # timed steps per block (one more runs first, after the switch)
         self.most_pairs = int(spec["most_pairs"])
+        self.exact = bool(spec.get("exact"))  # --pairs N: exactly N pairs, not fewer on a verdict
         self.deadline = float(spec.get("deadline") or 0.0)  # wall clock (time.time()): no new pair after it
         self.distributed = distributed  # then every rank runs the most pairs, so all stop at the same step
         self.current = Block(fix=True, timed=False)
@@ -373,7 +374,7 @@ class Blocks:
         pairs = len(self.baseline_ms)
         if pairs >= self.most_pairs:
             return True
-        if self.distributed():
+        if self.exact or self.distributed():  # --pairs, or every rank alike: the most pairs, whatever the verdict
             return False
         if self.deadline and time.time() >= self.deadline:
             return True

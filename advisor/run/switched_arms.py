@@ -47,12 +47,12 @@ def measure_switched(verifier: Verifier, fixes: list[dict], tolerance: float,
     runs, probe = 0, None
     while runs < SWITCHED_RUNS:
         left = share_s - (time.monotonic() - began)
-        if runs and (left < pair_s * MIN_PAIRS or len(baseline_ms) >= (verifier.pairs or MOST_BLOCK_PAIRS)
-                     or _decided(baseline_ms, candidate_ms)):
+        if runs and (len(baseline_ms) >= (verifier.pairs or MOST_BLOCK_PAIRS) or not verifier.pairs and (
+                left < pair_s * MIN_PAIRS or _decided(baseline_ms, candidate_ms))):  # --pairs: exactly that many
             break
         wanted = (verifier.pairs - len(baseline_ms)) if verifier.pairs else min(
             MOST_BLOCK_PAIRS, max(MIN_PAIRS, int(left / 2 / pair_s)))  # half the time left: start-up is dear
-        spec = {"block": block, "most_pairs": wanted,
+        spec = {"block": block, "most_pairs": wanted, "exact": bool(verifier.pairs),
                 "deadline": 0.0 if verifier.pairs else time.time() + max(left - 1.0, pair_s * MIN_PAIRS)}
         run_began = time.monotonic()
         outcome = verifier.run(fixes, switched=spec)
