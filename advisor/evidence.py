@@ -12,7 +12,7 @@ import statistics
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from advisor.machine_state import MeasurementConditions
+from advisor.machine.state import MeasurementConditions
 from advisor.records import Field, Record
 from advisor.stats import percentile
 from advisor.trace.parse import Trace

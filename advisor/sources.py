@@ -33,10 +33,19 @@ STDLIB_DIR = os.path.dirname(os.__file__) + os.sep
 INSTALLED_MARKERS = (f"{os.sep}site-packages{os.sep}", f"{os.sep}dist-packages{os.sep}", "/site-packages/",
                      "/dist-packages/")
 
+
+
+def _advisor_parts() -> tuple[str, ...]:
+    """advisor's own packages, read from its folder (and its rule pack, installed as ``advisor/rules``), so that
+    a package added or renamed is recognised without anyone listing it here."""
+    found = {name for name in os.listdir(ADVISOR_DIR) if os.path.isfile(os.path.join(ADVISOR_DIR, name, "__init__.py"))}
+    return tuple(sorted(found | {"rules"}))
+
+
 # Text that marks a path as PyTorch's, Python's or advisor's own when it was recorded elsewhere
 # (another machine's install prefix): the local prefixes above cannot recognise it.
-FOREIGN_LIBRARY_MARKERS = ("/torch/", "\\torch\\", "<built-in", "<frozen", "advisor/capture/", "advisor/sandbox/",
-                           "advisor/workload/", "advisor/files/")
+FOREIGN_LIBRARY_MARKERS = ("/torch/", "\\torch\\", "<built-in", "<frozen",
+                           *(f"advisor/{part}/" for part in _advisor_parts()))
 
 # One frame of a traceback (``File "x.py", line 7, in f``), a faulthandler dump (``File "x.py", line 7 in f``),
 # or a message quoting one (torch.export: ``File x.py, lineno 7``).

@@ -14,30 +14,15 @@ other without a mark in the busy one would be a verdict flipped silently.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SPIN = "import os, sys\nos.sched_setaffinity(0, {int(sys.argv[1])})\nprint('spinning', flush=True)\nwhile True: pass\n"
-LAUNCH = ("import subprocess, sys\nhog = subprocess.Popen([sys.executable, '-c', sys.argv[1], sys.argv[2]], "
-          "stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True, "
-          "start_new_session=True)\nhog.stdout.readline()\nprint(hog.pid, flush=True)\n")
-
-
-@contextlib.contextmanager
-def busy_loop(cpu: int):
-    pid = int(subprocess.run([sys.executable, "-c", LAUNCH, SPIN, str(cpu)], capture_output=True, text=True,
-                             check=True).stdout.split()[0])
-    try:
-        yield pid
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
+sys.path.insert(0, ROOT)
+from devkit.contention import busy_loop  # noqa: E402
 
 
 def audit(sample: str, out: str, verify: bool) -> dict:

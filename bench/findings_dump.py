@@ -24,10 +24,14 @@ def described(finding) -> dict:
 
 
 def main() -> None:
-    sys.path.insert(0, os.path.join(os.getcwd(), "tests"))  # the checkout's own fixtures
-    from evidence_fixtures import DDP_DIR, recorded_samples, saved_evidence
+    sys.path.insert(0, os.getcwd())  # the checkout's own saved evidence
+    try:
+        from devkit.saved_evidence import DDP_DIR, as_cuda, recorded_samples, saved_evidence
+    except ImportError:  # a revision before devkit/: its fixtures sat among its tests
+        sys.path.insert(0, os.path.join(os.getcwd(), "tests"))
+        from evidence_fixtures import DDP_DIR, recorded_samples, saved_evidence
 
-    from conftest import as_cuda
+        from conftest import as_cuda
     try:
         from advisor.rulekit.engine import RuleConfig
     except ImportError:  # the layout before the house by package

@@ -23,15 +23,14 @@ import tempfile
 
 from whole_process import ROOT
 
-sys.path.insert(0, os.path.join(ROOT, "tests"))
+sys.path.insert(0, ROOT)  # devkit: the saved evidence
 
 
 def fixable_samples(unsafe: bool) -> list[str]:
     """The samples whose saved evidence plans at least one patched edit."""
-    from evidence_fixtures import recorded_samples, saved_evidence
-
     from advisor.fix.patch_plan import plan_patch
     from advisor.rulekit.engine import load_rules, run_rules
+    from devkit.saved_evidence import recorded_samples, saved_evidence
 
     rules, chosen = load_rules(), []
     for sample in recorded_samples():

@@ -19,8 +19,6 @@ Each tool is best installed into a venv of its own, as bench/trace_speed.py expl
 from __future__ import annotations
 
 import argparse
-import gzip
-import json
 import os
 import statistics
 import subprocess
@@ -29,25 +27,6 @@ import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BASE = os.path.join(os.path.dirname(ROOT), "shared", "traces", "hta", "nccl_parser_config", "nccl_data.json.gz")
-LATE_US = 20_000  # the straggler's delay: 9% of the base trace's 222 ms step
-
-
-def make_ranks(folder: str, count: int, base: str = BASE) -> None:
-    with gzip.open(base, "rt", encoding="utf-8") as handle:
-        trace = json.load(handle)
-    for rank in range(count):
-        copy = dict(trace)
-        copy["distributedInfo"] = {**trace.get("distributedInfo", {}), "rank": rank, "world_size": count}
-        if rank == count - 1:
-            copy["traceEvents"] = [_late(event) for event in trace["traceEvents"]]
-        with gzip.open(os.path.join(folder, f"rank{rank:03d}.json.gz"), "wt", encoding="utf-8") as handle:
-            json.dump(copy, handle)
-
-
-def _late(event: dict) -> dict:
-    if event.get("cat") in ("cuda_runtime", "cuda_driver") and "Launch" in str(event.get("name", "")):
-        return {**event, "ts": event["ts"] + LATE_US}
-    return event
 
 
 HTA = ("import sys\nfrom hta.trace_analysis import TraceAnalysis\n"
@@ -57,6 +36,9 @@ HTA = ("import sys\nfrom hta.trace_analysis import TraceAnalysis\n"
 
 def main() -> None:
     from whole_process import compile_sources, measured  # bench/ is on the path when run as a script
+
+    sys.path.insert(0, ROOT)
+    from devkit.synthetic_ranks import make_ranks
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--ranks", default="2,8,32")
@@ -71,7 +53,7 @@ def main() -> None:
           + (f" {'HTA s':>8} {'HTA MB':>8} {'faster':>7} {'memory':>7}" if has_hta else ""))
     for count in (int(n) for n in args.ranks.split(",")):
         with tempfile.TemporaryDirectory() as folder, tempfile.TemporaryDirectory() as out:
-            make_ranks(folder, count)
+            make_ranks(folder, count, BASE)
             ours, theirs = [], []
             for _ in range(max(1, args.repeats)):
                 ours.append(measured([args.advisor_python, "-m", "advisor", "analyze", folder, "--out", out, "--format", "json"]))

@@ -55,7 +55,7 @@ def peak_mb(base):
 
 ADVISOR = PEAK + """
 import json, sys, time
-from advisor.commands.analyze import evidence_from_traces
+from advisor.capture.recorded import evidence_from_traces
 from advisor.rulekit.engine import load_rules, run_rules
 from advisor.trace.parse import parse_trace
 rules = load_rules()

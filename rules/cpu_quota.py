@@ -33,8 +33,8 @@ from __future__ import annotations
 import math
 from typing import Iterator
 
-from advisor.conditions import THROTTLED_SHARE
 from advisor.evidence import Evidence
+from advisor.machine.conditions import THROTTLED_SHARE
 from advisor.rulekit.fixing import with_threads
 from advisor.rulekit.rule import Clean, Finding, Fix, Layer, Severity, Threshold, Thresholds, rule
 

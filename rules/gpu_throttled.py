@@ -31,8 +31,8 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from advisor.conditions import GPU_LOW_CLOCK_RATIO
 from advisor.evidence import Evidence, Margin
+from advisor.machine.conditions import GPU_LOW_CLOCK_RATIO
 from advisor.rulekit.helpers import NO_GPU_READ
 from advisor.rulekit.rule import Clean, Finding, Fix, Layer, Severity, Threshold, Thresholds, rule
 

@@ -34,8 +34,8 @@ from __future__ import annotations
 import math
 from typing import Iterator
 
-from advisor.conditions import BUSY_SHARE, share_resolution
 from advisor.evidence import Evidence, Margin
+from advisor.machine.conditions import BUSY_SHARE, share_resolution
 from advisor.rulekit.fixing import with_threads
 from advisor.rulekit.helpers import shares_unread
 from advisor.rulekit.rule import Clean, Finding, Fix, Layer, Severity, Threshold, Thresholds, rule

@@ -29,8 +29,8 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from advisor.conditions import STEAL_SHARE, share_resolution
 from advisor.evidence import Evidence, Margin
+from advisor.machine.conditions import STEAL_SHARE, share_resolution
 from advisor.rulekit.helpers import shares_unread
 from advisor.rulekit.rule import Clean, Finding, Fix, Layer, Severity, Threshold, Thresholds, rule
 

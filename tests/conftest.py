@@ -41,7 +41,7 @@ if os.environ.get(THREADS_ENV) in (None, os.environ.get(SUITE_THREADS_ENV)):  # 
 def verified_unless_contended(verification) -> bool:
     """A fix that helps is verified; only where its pairs ran while another job held the CPUs may the interval be
     too wide to say so (inconclusive, the honest verdict there). On a quiet machine nothing but verified passes."""
-    from advisor.conditions import judge
+    from advisor.machine.conditions import judge
 
     return verification.status == "verified" or (verification.status == "inconclusive"
                                                  and bool(judge(verification.conditions)))
@@ -217,23 +217,6 @@ def check_rule(slug: str, evidence) -> list:
 
     rule = load_rules().get(slug)
     return [item for item in rule.check(evidence, thresholds_for(rule, {})) if isinstance(item, Finding)]
-
-
-def as_device(evidence, device: str, **env):
-    """The same captured evidence, recorded as if it came from another device (and environment). A GPU is
-    named as one: on a CPU run the device name is the CPU's, and "AMD EPYC" would read as an AMD GPU."""
-    if device.startswith("cuda"):
-        env.setdefault("device_name", "NVIDIA GPU")
-    return evidence.model_copy(update={
-        "target": evidence.target.model_copy(update={"device": device}),
-        "env": evidence.env.model_copy(update=env),
-    })
-
-
-def as_cuda(evidence, **env):
-    """The same captured evidence, recorded as if the device had been an A100 (GPU-only rules)."""
-    return as_device(evidence, "cuda:0", **{"device_name": "NVIDIA A100-SXM4-80GB", "gpu_capability": (8, 0),
-                                            "gpu_count": 1, **env})
 
 
 def verify_fix(model_file: Path, finding, slug: str, pairs: int = 10):

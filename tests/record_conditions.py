@@ -13,10 +13,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from contention import busy_loop, cpu_quota, spin  # noqa: E402
-
-from advisor.conditions import Watch  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from advisor.machine.conditions import Watch  # noqa: E402
+from devkit.contention import busy_loop, cpu_quota, spin  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "data" / "conditions"
 SECONDS = 2.0

@@ -15,12 +15,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from evidence_fixtures import DDP_DIR, ROOT, save_evidence  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # devkit: the saved evidence
 
 from advisor.commands.audit import AuditOptions, run_audit  # noqa: E402
 from advisor.commands.run import RunOptions, run_script  # noqa: E402
+from devkit.saved_evidence import DDP_DIR, ROOT, save_evidence  # noqa: E402
 
 DDP_SCRIPTS = ("ddp_train", "ddp_clean")
 

@@ -6,11 +6,11 @@ import gzip
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-from advisor.commands.analyze import AnalyzeOptions, evidence_from_traces, run_analyze
+from advisor.capture.recorded import evidence_from_traces
+from advisor.commands.analyze import AnalyzeOptions, run_analyze
 from advisor.rulekit.engine import load_rules, run_rules
 from advisor.trace.parse import TraceFormatError, parse_trace
 from advisor.trace.ranks import RankTrace
@@ -171,13 +171,10 @@ def test_a_rank_launching_collectives_late_is_the_straggler(tmp_path):
 
 
 def test_a_folder_of_many_ranks_is_summarised_in_worker_processes_and_its_straggler_found(tmp_path):
-    import importlib.util
+    from devkit.synthetic_ranks import make_ranks
 
     base = shared_trace("nccl_parser_config/nccl_data.json.gz")
-    spec = importlib.util.spec_from_file_location("ranks_scale", Path(__file__).resolve().parents[1] / "bench" / "ranks_scale.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    bench.make_ranks(str(tmp_path), 4, str(base))  # copies of one real trace; the last rank launches its collectives 20 ms late
+    make_ranks(str(tmp_path), 4, str(base))  # copies of one real trace; the last rank launches its collectives 20 ms late
     result = run_analyze(AnalyzeOptions(paths=(str(tmp_path),), out_dir=str(tmp_path / "out")))
     assert [rank.rank for rank in result.evidence.ranks] == [0, 1, 2, 3]
     assert all(isinstance(rank, RankTrace) for rank in result.evidence.ranks)  # only the primary is kept whole

@@ -9,7 +9,7 @@ import torch
 
 from advisor.capture.graph import capture_graph
 from advisor.capture.stages import PROFILE_STEPS
-from advisor.conditions import judge
+from advisor.machine.conditions import judge
 from advisor.workload.target import load_target
 from advisor.workload.timing import MIN_SAMPLES_SLOW
 from conftest import SAMPLES, audit, line_of, write_model

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import json
 
-from evidence_fixtures import DDP_DIR, saved_evidence
-
 from advisor.evidence import DDPInfo, Evidence, RankSummary, TargetInfo, Timing
 from advisor.rulekit.engine import load_rules, run_rules, thresholds_for
 from advisor.trace.parse import parse_trace
 from advisor.trace.ranks import RankTrace, host_gaps, summarize_file
 from conftest import write_model
+from devkit.saved_evidence import DDP_DIR, saved_evidence
 
 STRAGGLER = thresholds_for(load_rules().get("straggler"), {})  # its thresholds as shipped
 
@@ -100,7 +99,7 @@ def test_the_straggler_reports_its_lateness_against_its_bar_fired_or_silent():
 
 
 def test_a_silent_straggler_on_a_contended_machine_says_its_verdict_is_unreliable():
-    from advisor.report.quality import mark_unreliable
+    from advisor.assembly.quality import mark_unreliable
     from advisor.report.schema import MeasurementQuality, Report
 
     runs = []

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from advisor.files.session import FileSession
-from advisor.run.launch import ADVISOR_ROOT, BOOT_DIR
+from advisor.run.launch import ADVISOR_ROOT
+from advisor.sandbox.child import BOOT_DIR
 from conftest import file_states
 
 WRITES = Path(__file__).parent / "writes_everywhere.py"

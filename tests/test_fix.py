@@ -182,7 +182,7 @@ def _kept_unless_slower_on_a_quiet_machine(edit: dict) -> bool:
 
 
 def _conditions(others_cores: float):
-    from advisor.machine_state import MeasurementConditions
+    from advisor.machine.state import MeasurementConditions
 
     return MeasurementConditions(wall_s=10.0, cores_usable=2, others_cores=others_cores, steal_share=0.0)
 

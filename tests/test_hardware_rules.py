@@ -14,23 +14,24 @@ import time
 from pathlib import Path
 
 import pytest
-from contention import busy_loop, cpu_quota
-from evidence_fixtures import saved_evidence
 
-from advisor.conditions import MIN_WINDOW_S, _Snapshot, between, judge, parse_proc_stat
+from advisor.assembly.build import assemble_report
 from advisor.evidence import Environment, Evidence, TargetInfo, Timing
-from advisor.machine_state import MeasurementConditions
-from advisor.report.assembly import assemble_report
-from advisor.report.gathered import Gathered
+from advisor.gathered import Gathered
+from advisor.machine.conditions import MIN_WINDOW_S, _Snapshot, between, judge
+from advisor.machine.procfs import parse_proc_stat
+from advisor.machine.state import MeasurementConditions
 from advisor.rulekit.engine import RuleConfig, load_rules, run_rules
 from advisor.rulekit.rule import Severity
 from conftest import audit
+from devkit.contention import busy_loop, cpu_quota
+from devkit.saved_evidence import saved_evidence
 
 CONDITIONS = Path(__file__).parent / "data" / "conditions"
 # each hardware rule's positive: conditions recorded for real, or /proc/stat as a VM writes it
 RECORDED_POSITIVES = {"shared-machine": "busy_loop.json", "cpu-quota": "quota.json",
                       "steal-time": "test_steal_is_read_from_the_hypervisors_column_of_proc_stat",
-                      # nvidia-smi logs as it writes them (tests/test_gpu_state.py)
+                      # nvidia-smi logs as it writes them (tests/test_gpus.py)
                       "gpu-throttled": "gpu/throttled_narrow_shared.xml", "gpu-shared": "gpu/throttled_narrow_shared.xml",
                       "pcie-link-degraded": "gpu/throttled_narrow_shared.xml"}
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
@@ -119,7 +120,7 @@ def test_a_window_shorter_than_the_ticks_can_resolve_leaves_its_shares_unread():
 def test_a_readable_watch_over_a_block_too_short_for_the_ticks_watches_on_until_its_shares_can_be_read():
     """Verification's pairs of a fast step (10 pairs in 0.2 s): left unread, a busy machine could not be told
     from a quiet one, and an inconclusive verdict could not say why."""
-    from advisor.conditions import Watch
+    from advisor.machine.conditions import Watch
 
     with Watch() as plain:
         pass
@@ -158,10 +159,10 @@ def test_a_busy_loop_pinned_beside_a_measurement_is_seen_and_named():
     # the test runner's is shared with another xdist worker), pinned whole before it starts a thread
     cpu = min(os.sched_getaffinity(0))
     child_code = ("import os, sys; os.sched_setaffinity(0, {int(sys.argv[2])}); sys.path.insert(0, sys.argv[1])\n"
-                  "from contention import busy_loop, spin\nfrom advisor.conditions import Watch\n"
+                  "from devkit.contention import busy_loop, spin\nfrom advisor.machine.conditions import Watch\n"
                   "with busy_loop(int(sys.argv[2])) as hog, Watch() as watch:\n    spin(1.5)\n"
                   "print(hog)\nprint(watch.conditions.model_dump_json())")
-    done = subprocess.run([sys.executable, "-c", child_code, str(Path(__file__).parent), str(cpu)],
+    done = subprocess.run([sys.executable, "-c", child_code, str(Path(__file__).parents[1]), str(cpu)],
                           capture_output=True, text=True, timeout=120, check=True, start_new_session=True)
     hog_line, conditions_line = done.stdout.splitlines()[-2:]
     hog, conditions = int(hog_line), MeasurementConditions.model_validate_json(conditions_line)
@@ -177,13 +178,13 @@ def test_a_cgroup_quota_is_read_with_its_throttling():
     # two spinning threads ask for two cores: more than the quota however busy the machine (one thread sharing a
     # core with another job's may get no more than the quota, and is then never throttled)
     child_code = ("import json, sys, threading; sys.path.insert(0, sys.argv[1]); sys.stdin.readline()\n"
-                  "from contention import spin\nfrom advisor.conditions import Watch\n"
+                  "from devkit.contention import spin\nfrom advisor.machine.conditions import Watch\n"
                   "with Watch() as watch:\n"
                   "    helper = threading.Thread(target=spin, args=(1.0,)); helper.start(); spin(1.0); helper.join()\n"
                   "print(watch.conditions.model_dump_json())")
     try:
         with cpu_quota(0.5) as procs:
-            child = subprocess.Popen([sys.executable, "-c", child_code, str(Path(__file__).parent)],
+            child = subprocess.Popen([sys.executable, "-c", child_code, str(Path(__file__).parents[1])],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                                      start_new_session=True)  # a job of its own, as advisor's children are
             procs.write_text(str(child.pid))
@@ -227,7 +228,7 @@ def test_steps_timed_beside_a_busy_loop_are_timed_again_once_it_has_gone(tmp_pat
     after the loop has gone (the suite itself run beside one), the wait runs out and the report says that."""
     import signal
 
-    from advisor.conditions import Watch
+    from advisor.machine.conditions import Watch
 
     with Watch() as before:
         time.sleep(0.5)
@@ -279,9 +280,8 @@ def test_a_timing_the_trace_contradicts_is_caught_and_never_blamed_on_a_quiet_ma
     """A profiled step is never faster than a profiler-free one of the same work; on 41 real audits it took
     0.95-14x as long. A timing stage 3x slower than its own trace is flagged: contended where contention was
     measured, else inconsistent (a step misread, or one that drifts), never contended on a machine measured quiet."""
-    from evidence_fixtures import recorded_samples
-
-    from advisor.report.quality import measurement_quality
+    from advisor.assembly.quality import measurement_quality
+    from devkit.saved_evidence import recorded_samples
 
     for sample in recorded_samples():
         evidence = saved_evidence(sample)
@@ -301,7 +301,7 @@ def test_verification_baselines_far_from_the_timing_stage_say_which_stage_was_bu
     """The unchanged step, timed again beside each fix, against the timing stage's step: 3x apart, with the
     fix's pairs recorded beside a busy-loop, the report names that verification and marks the shares; within
     the spread, or a loader verification (a chunk of batches, another unit), nothing is said."""
-    from advisor.report.quality import note_disagreeing_baselines
+    from advisor.assembly.quality import note_disagreeing_baselines
     from advisor.rulekit.rule import Verification
 
     def verified(report, baseline_ms: float, conditions: str, timed: str = "step") -> None:

@@ -8,7 +8,7 @@ import tempfile
 
 import pytest
 
-from advisor.sandbox.supervisor import OUTPUT_LIMIT
+from advisor.sandbox.child import OUTPUT_LIMIT
 from conftest import SAMPLES, audit, line_of, write_model
 
 HANG_IN_FORWARD = """

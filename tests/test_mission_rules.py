@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import pytest
 import torch
-from evidence_fixtures import saved_evidence
 from test_rules_on_evidence import EXPECTED
 
 from advisor.evidence import DataLoaderInfo, Evidence, TargetInfo
 from advisor.rulekit.engine import load_rules, parse_settings, run_rules
 from advisor.rulekit.rule import Severity
 from advisor.trace.parse import parse_trace
-from conftest import SAMPLES, as_device, audit, line_of, share_finding, shared_trace, verify_sample, write_model
+from conftest import SAMPLES, audit, line_of, share_finding, shared_trace, verify_sample, write_model
+from devkit.saved_evidence import as_device, saved_evidence
 
 
 @pytest.mark.slow

@@ -17,7 +17,8 @@ from advisor.rules.manual_attention import SdpaRewrite, use_sdpa
 from advisor.rules.tensor_creation_in_step import fold_constants
 from advisor.workload.feed import BATCHES_AHEAD
 from advisor.workload.target import load_target
-from conftest import SAMPLES, as_cuda, audit, check_rule, line_of, only_finding, share_finding, slugs, verify_sample, write_model
+from conftest import SAMPLES, audit, check_rule, line_of, only_finding, share_finding, slugs, verify_sample, write_model
+from devkit.saved_evidence import as_cuda
 
 # --- manual-attention -------------------------------------------------------------------------
 

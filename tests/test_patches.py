@@ -139,9 +139,8 @@ def test_a_line_changed_since_the_audit_is_not_edited(tmp_path):
 def test_a_ddp_jobs_three_findings_become_one_patch_of_its_script():
     """rank 0's saved evidence of ``advisor run -- torchrun ... ddp_train.py``: the two DDP keyword edits of
     one constructor merge, and the micro-step loop runs under no_sync but on its last iteration."""
-    from evidence_fixtures import DDP_DIR, saved_evidence
-
     from advisor.rulekit.engine import run_rules
+    from devkit.saved_evidence import DDP_DIR, saved_evidence
 
     rules = load_rules()
     evidence = saved_evidence("ddp_train", DDP_DIR)

@@ -16,9 +16,8 @@ PATCHES = Path(__file__).parent / "data" / "patches"
 def test_every_samples_source_fixable_finding_is_patched_into_code_that_compiles_or_says_why_not():
     """The rules over every sample's saved evidence, and each finding with a source form planned against the
     sample's own file: an edit whose patched file compiles, or no edit and the reason (never a guess)."""
-    from evidence_fixtures import recorded_samples, saved_evidence
-
     from advisor.rulekit.engine import run_rules
+    from devkit.saved_evidence import recorded_samples, saved_evidence
 
     rules = load_rules()
     patched, refused = set(), {}

@@ -102,7 +102,7 @@ def test_a_p99_within_run_to_run_noise_of_its_budget_is_borderline_either_side()
 def test_latency_measured_beside_another_job_is_marked_and_never_a_change_for_diff():
     import json
 
-    from advisor.machine_state import MeasurementConditions
+    from advisor.machine.state import MeasurementConditions
 
     recorded = Path(__file__).parent / "data" / "conditions"
     busy = MeasurementConditions.model_validate(json.loads((recorded / "busy_loop.json").read_text()))

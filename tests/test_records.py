@@ -55,7 +55,7 @@ def test_a_field_without_a_json_form_is_named():
 
 def test_analyzing_a_trace_does_not_import_pydantic(tmp_path):
     """Nothing a trace's audit reads needs validating: pydantic's import alone is a quarter of its time."""
-    from evidence_fixtures import EVIDENCE_DIR
+    from devkit.saved_evidence import EVIDENCE_DIR
 
     done = subprocess.run([sys.executable, "-X", "importtime", "-m", "advisor", "analyze",
                            str(EVIDENCE_DIR / "host_sync.trace.json.gz"), "--format", "json", "--out", str(tmp_path)],

@@ -8,7 +8,6 @@ import importlib.util
 from pathlib import Path
 
 import pytest
-from evidence_fixtures import expected, saved_evidence
 
 from advisor.evidence import Evidence, TargetInfo
 from advisor.rulekit.docs import parse_doc
@@ -16,6 +15,7 @@ from advisor.rulekit.engine import RuleConfig, load_rules
 from advisor.rulekit.rule import RuleDefinitionError
 from advisor.rulekit.scaffold import scaffold
 from conftest import audit, write_model
+from devkit.saved_evidence import expected, saved_evidence
 
 
 @pytest.mark.parametrize("rule", load_rules().rules, ids=lambda rule: rule.slug)

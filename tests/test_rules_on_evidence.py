@@ -10,12 +10,12 @@ rules also on the real GPU traces in ../shared (tests/test_analyze.py, tests/tes
 from __future__ import annotations
 
 import pytest
-from evidence_fixtures import annotated_samples, annotated_scripts, expected, recorded_samples, saved_evidence
 
 from advisor.evidence import DataLoaderInfo
 from advisor.rulekit.engine import RuleConfig, load_rules
 from advisor.rulekit.rule import Severity
-from conftest import SAMPLES, as_cuda, as_device
+from conftest import SAMPLES
+from devkit.saved_evidence import annotated_samples, annotated_scripts, as_cuda, as_device, expected, recorded_samples, saved_evidence
 
 RULES = RuleConfig.load()
 

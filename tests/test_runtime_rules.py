@@ -10,13 +10,11 @@ from __future__ import annotations
 import pytest
 
 from advisor.capture.calls import static_sites
-from advisor.commands.analyze import evidence_from_traces
+from advisor.capture.recorded import evidence_from_traces
 from advisor.rulekit.rule import Severity
 from advisor.trace.parse import parse_trace
 from conftest import (
     SAMPLES,
-    as_cuda,
-    as_device,
     audit,
     check_rule,
     line_of,
@@ -28,6 +26,7 @@ from conftest import (
     verify_sample,
     write_model,
 )
+from devkit.saved_evidence import as_cuda, as_device
 
 ALEXNET = "critical_path/alexnet/benchmark_result_2869224_1695835535_trace.json.gz"
 

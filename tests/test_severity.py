@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from evidence_fixtures import recorded_samples, saved_evidence
 
-from advisor.commands.analyze import evidence_from_traces
-from advisor.report.assembly import assemble_report
-from advisor.report.gathered import Gathered
+from advisor.assembly.build import assemble_report
+from advisor.assembly.verification import demote_unhelpful
+from advisor.capture.recorded import evidence_from_traces
+from advisor.gathered import Gathered
 from advisor.report.html import render_html
 from advisor.report.markdown import render_markdown
 from advisor.rulekit.engine import RuleConfig
@@ -15,8 +15,8 @@ from advisor.rulekit.rule import Severity, Verification
 from advisor.rulekit.severity import capped, decide, for_share
 from advisor.rulekit.thresholds import SettingError
 from advisor.trace.parse import parse_trace
-from advisor.verify.orchestrate import demote_unhelpful
 from conftest import shared_trace
+from devkit.saved_evidence import recorded_samples, saved_evidence
 
 
 @pytest.mark.parametrize("share, level", [(0.5, "high"), (0.10, "high"), (0.05, "medium"), (0.03, "medium"),
@@ -110,7 +110,7 @@ def test_a_fix_measured_slower_under_contention_is_not_demoted_and_says_why():
     import json
     from pathlib import Path
 
-    from advisor.machine_state import MeasurementConditions
+    from advisor.machine.state import MeasurementConditions
 
     recorded = Path(__file__).parent / "data" / "conditions"
     busy = MeasurementConditions.model_validate(json.loads((recorded / "busy_loop.json").read_text()))

@@ -5,13 +5,13 @@ of the samples as recorded, the same replayed as an A100, the ranks of the DDP j
 from __future__ import annotations
 
 import pytest
-from evidence_fixtures import DDP_DIR, recorded_samples, saved_evidence
 
-from advisor.commands.analyze import evidence_from_traces
-from advisor.machine_state import MeasurementConditions
+from advisor.capture.recorded import evidence_from_traces
+from advisor.machine.state import MeasurementConditions
 from advisor.rulekit.engine import RuleConfig
 from advisor.trace.parse import parse_trace
-from conftest import as_cuda, shared_trace
+from conftest import shared_trace
+from devkit.saved_evidence import DDP_DIR, as_cuda, recorded_samples, saved_evidence
 
 RULES = RuleConfig.load()
 SHARED_TRACES = ["critical_path/alexnet/benchmark_result_2869224_1695835535_trace.json.gz",

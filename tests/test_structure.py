@@ -94,11 +94,13 @@ def test_rules_never_run_the_model():
 
 
 # The layers, top to bottom: a module may import from its own room and from rooms below it, never above.
-# (Entry points; their commands; what a command runs; the child and its stages; the rules and the report
-# schema; the rule kit; the records everything shares; the base every layer may use.)
+# (Entry points; their commands; the report's assembly; what a command runs; the child and its stages; the rules
+# and the report record; the rule kit; what was gathered and the records everything shares; the machine's state;
+# the base every layer may use. docs/architecture.md says the same in words.)
 LAYERS = (
     ("advisor", "cli", "__main__"),
     ("commands",),
+    ("assembly",),
     ("run",),
     ("ready",),
     ("capture",),
@@ -109,12 +111,11 @@ LAYERS = (
     ("report",),
     ("rulekit",),
     ("workload",),
-    ("conditions",),
-    ("gpu_state",),
+    ("gathered",),
     ("evidence",),
-    ("machine_state",),
     ("trace",),
     ("files",),
+    ("machine",),
     ("stats", "sources", "opnames", "errors", "records", "version"),
 )
 _FLOOR = {room: floor for floor, rooms in enumerate(LAYERS) for room in rooms}
@@ -203,7 +204,7 @@ def test_severity_is_decided_in_one_place():
     def calls_the_scale(node) -> bool:
         return isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "severity" \
             and node.attr in ("decide", "capped", "for_share", "demote")
-    assert _defined_in(calls_the_scale) == {"advisor/rulekit/engine.py", "advisor/verify/orchestrate.py"}
+    assert _defined_in(calls_the_scale) == {"advisor/rulekit/engine.py", "advisor/assembly/verification.py"}
     importers = _defined_in(lambda n: isinstance(n, ast.ImportFrom) and n.module == "advisor.rulekit.severity"
                             and any(a.name != "Severity" for a in n.names))
     assert importers == set()
@@ -231,3 +232,91 @@ def test_every_command_line_option_is_declared_once():
                     and node.args and isinstance(node.args[0], ast.Constant)):
                 declared.setdefault(node.args[0].value, []).append(f"{path.name}:{node.lineno}")
     assert declared and {name: places for name, places in declared.items() if len(places) > 1} == {}
+
+
+def test_at_most_ten_modules_lie_flat_in_the_package():
+    """What is not a package of its own is shared by all of them (records, errors, statistics, places in the source);
+    anything else belongs in the package of its idea."""
+    flat = sorted(p.name for p in (ROOT / "advisor").glob("*.py"))
+    assert len(flat) <= 10, flat
+
+
+def _classes_defined_in(*relative: str) -> set[str]:
+    return {node.name for path in relative for node in ast.walk(_tree(ROOT / path)) if isinstance(node, ast.ClassDef)}
+
+
+def test_no_command_builds_evidence():
+    """A command gathers through capture/, run/, ready/ (each builds its own evidence, and what it gathered) and hands
+    that to the assembly; it never fills a record of evidence itself."""
+    records = _classes_defined_in("advisor/evidence.py", "advisor/gathered.py", "advisor/ready/measured.py",
+                                  "advisor/machine/state.py")
+    assert {"Evidence", "TargetInfo", "Gathered", "StageRecord", "ReadyEvidence"} <= records
+    built = set()
+    for path in sorted((ROOT / "advisor" / "commands").glob("*.py")):
+        for node in ast.walk(_tree(path)):
+            if isinstance(node, ast.Call):
+                called = node.func.id if isinstance(node.func, ast.Name) else \
+                    node.func.attr if isinstance(node.func, ast.Attribute) else ""
+                if called in records:
+                    built.add(f"{path.name}:{node.lineno} {called}")
+    assert built == set()
+
+
+def test_capture_and_verification_import_neither_the_report_nor_its_assembly():
+    graph = _import_graph()
+    for module in (m for m in graph if m.startswith(("advisor.capture", "advisor.verify"))):
+        reached = nx.descendants(graph, module) | {m for path in _package_files() if _module_name(path) == module
+                                                   for m in _every_import(path)}
+        assert not {m for m in reached if m.startswith(("advisor.report", "advisor.assembly"))}, module
+
+
+def test_children_are_started_and_ended_in_one_module():
+    """One launcher: how a child is started (its own session, stdin closed, its output to files), stopped between
+    writes and its group ended is written once, for the capture worker and the user's script alike."""
+    def starts_or_ends_a_group(node) -> bool:
+        return isinstance(node, ast.Call) and ast.unparse(node.func) in ("subprocess.Popen", "os.killpg")
+    assert _defined_in(starts_or_ends_a_group) == {"advisor/sandbox/child.py"}
+
+
+def _names_proc(node) -> bool:
+    """A string that is, or starts, a path under /proc."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value == "/proc" or node.value.startswith("/proc/")
+    if isinstance(node, ast.JoinedStr) and node.values and isinstance(node.values[0], ast.Constant):
+        return str(node.values[0].value).startswith("/proc")
+    return False
+
+
+FILE_CALLS = ("open", "io.open", "os.open", "os.listdir", "os.scandir", "os.readlink", "os.path.exists", "os.path.isdir",
+              "os.path.isfile", "Path", "pathlib.Path")
+
+
+def test_proc_is_read_in_one_module():
+    def reads_proc(node) -> bool:
+        return isinstance(node, ast.Call) and ast.unparse(node.func) in FILE_CALLS and any(map(_names_proc, node.args))
+    assert _defined_in(reads_proc) == set()  # procfs.py names its files through PROC, once
+    assert _defined_in(lambda n: isinstance(n, ast.Assign) and _names_proc(n.value)) == {"advisor/machine/procfs.py"}
+
+
+def test_bench_and_tests_import_nothing_of_each_other():
+    """What both need (contention, the saved evidence, synthetic ranks) is devkit/'s. bench/findings_dump.py reads an
+    older revision's fixtures from that revision's own tests/ (``except ImportError``): not this checkout's."""
+    def imported(path: Path) -> set[str]:
+        tree, found = _tree(path), set()
+        fallback = {id(n) for handler in ast.walk(tree) if isinstance(handler, ast.ExceptHandler)
+                    and ast.unparse(handler.type or ast.Name("")) == "ImportError" for n in ast.walk(handler)}
+        for node in ast.walk(tree):
+            if id(node) in fallback:
+                continue
+            if isinstance(node, ast.ImportFrom) and node.module:
+                found.add(node.module.split(".")[0])
+            elif isinstance(node, ast.Import):
+                found.update(alias.name.split(".")[0] for alias in node.names)
+        return found
+    test_modules, bench_modules = ({p.stem for p in (ROOT / folder).glob("*.py")} for folder in ("tests", "bench"))
+    crossing = {f"bench/{p.name}: {m}" for p in (ROOT / "bench").glob("*.py") for m in imported(p) & test_modules}
+    crossing |= {f"tests/{p.name}: {m}" for p in (ROOT / "tests").glob("*.py") for m in imported(p) & bench_modules}
+    loaded = {f"tests/{p.name}" for p in (ROOT / "tests").glob("*.py") for node in ast.walk(_tree(p))
+              if isinstance(node, ast.Call) and ast.unparse(node.func).endswith("spec_from_file_location")
+              and "bench" in ast.unparse(node)}  # a bench script loaded by its path
+    assert crossing == set() and loaded == set()

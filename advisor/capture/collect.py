@@ -19,9 +19,8 @@ from advisor.evidence import (
     TargetInfo,
     Timing,
 )
+from advisor.gathered import Gathered, ModelOutput, StageRecord
 from advisor.records import build_validator
-from advisor.report.gathered import Gathered
-from advisor.report.schema import ModelOutput, StageRecord
 from advisor.sandbox.supervisor import CaptureRun
 from advisor.trace.model import Trace
 from advisor.trace.parse import TraceFormatError, parse_trace

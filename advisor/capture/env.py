@@ -10,29 +10,13 @@ import time
 import torch
 
 from advisor.evidence import Environment
-
-
-def _cpu_info() -> tuple[str, set[str]]:
-    model, flags = platform.processor() or "", set()
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as handle:
-            for line in handle:
-                key, _, value = line.partition(":")
-                key = key.strip()
-                if key == "model name" and not model:
-                    model = value.strip()
-                elif key == "flags" and not flags:
-                    flags = set(value.split())
-                if model and flags:
-                    break
-    except OSError:
-        pass
-    return model, flags
+from advisor.machine import procfs
 
 
 def capture_environment(device: torch.device) -> Environment:
     """Read after the model file ran: user code may change these flags at import time."""
-    cpu_model, flags = _cpu_info()
+    proc_model, flags = procfs.cpu_model_and_flags()
+    cpu_model = platform.processor() or proc_model
     try:
         available = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):

@@ -47,7 +47,7 @@ def _env(state: dict, progress: Callable[[str], None]) -> str:
 
 @stage("timing", runs_the_step=True)
 def _timing(state: dict, progress: Callable[[str], None]) -> str:
-    from advisor.conditions import quiet_wait_s
+    from advisor.machine.conditions import quiet_wait_s
     from advisor.workload.step import make_step, run_user_step
     from advisor.workload.timing import time_steps, timed_when_quiet
 

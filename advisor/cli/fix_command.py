@@ -9,9 +9,9 @@ import sys
 import click
 
 import advisor.cli.flags as flags
+from advisor.assembly.build import failed
 from advisor.cli.common import check_model_file, fail, model_file_options
 from advisor.errors import stop_name
-from advisor.report.assembly import failed
 from advisor.report.terminal import print_problems
 from advisor.rulekit.engine import BrokenInstall
 from advisor.rulekit.thresholds import SettingError

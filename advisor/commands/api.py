@@ -13,13 +13,13 @@ from typing import Any, Callable
 
 import torch
 
+from advisor.assembly.build import assemble_report
+from advisor.assembly.verification import verify_findings
 from advisor.capture.collect import gather_capture
 from advisor.capture.stages import CAPTURE
-from advisor.report.assembly import assemble_report
 from advisor.report.schema import Report, VerificationSettings
 from advisor.rulekit.engine import RuleConfig
 from advisor.sandbox.inline import run_inline
-from advisor.verify.orchestrate import verify_findings
 from advisor.workload.target import Target, resolve_device
 
 

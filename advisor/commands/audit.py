@@ -7,6 +7,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from advisor.assembly.build import assemble_report, failed
+from advisor.assembly.verification import verify_findings
 from advisor.capture.collect import TraceReadAhead, gather_capture
 from advisor.capture.stages import CAPTURE, UNTIMED_FROM
 from advisor.commands.options import MeasureOptions
@@ -14,12 +16,11 @@ from advisor.evidence import (
     Evidence,
 )
 from advisor.files.session import FileSession
-from advisor.report.assembly import assemble_report, failed
 from advisor.report.schema import Report, VerificationSettings
 from advisor.rulekit.engine import RuleConfig
 from advisor.rulekit.rule import Finding, Verification
 from advisor.sandbox.supervisor import run_capture
-from advisor.verify.orchestrate import measure_fixes, verify_findings
+from advisor.verify.orchestrate import measure_fixes
 from advisor.verify.plan import MeasuredFixes
 from advisor.verify.stage import VERIFY
 

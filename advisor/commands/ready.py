@@ -3,32 +3,20 @@ the shared report assembly (with no rules run: readiness is a gate, not an audit
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from typing import Callable
 
+from advisor.assembly.build import assemble_report
 from advisor.capture.collect import gather_capture
 from advisor.commands.audit import AuditResult
 from advisor.commands.options import ReportOptions
 from advisor.ready.checks import ReadyOptions, decide
-from advisor.ready.measured import (
-    ColdStartEvidence,
-    CompileEvidence,
-    DeterminismEvidence,
-    ExportEvidence,
-    MemoryBudget,
-    ModesEvidence,
-    PrecisionEvidence,
-    ReadyEvidence,
-    RecompileEvidence,
-)
+from advisor.ready.gathered_ready import ready_evidence
 from advisor.ready.probes import READY
-from advisor.report.assembly import assemble_report
-from advisor.report.readiness import LatencyRow
 from advisor.report.schema import VerificationSettings
 from advisor.rulekit.engine import RuleConfig
-from advisor.sandbox.supervisor import CaptureRun, run_capture
+from advisor.sandbox.supervisor import run_capture
 
 DEFAULT_BATCH_SIZES = (1, 8, 32)
 
@@ -56,24 +44,3 @@ def run_ready(options: ReadyRunOptions, progress: Callable[[str], None] = lambda
     if run.outcomes["load"].status == "ok":
         report.readiness = decide(ready_evidence(run, list(options.batch_sizes)), options.checks)
     return AuditResult(report=report, evidence=gathered.evidence)
-
-
-def ready_evidence(run: CaptureRun, batch_sizes: list[int]) -> ReadyEvidence:
-    evidence = ReadyEvidence(batch_sizes=batch_sizes)
-    parts = {"ready-cold": ("cold_start", ColdStartEvidence), "ready-modes": ("modes", ModesEvidence),
-             "ready-export": ("export", ExportEvidence), "ready-compile": ("compile", CompileEvidence),
-             "ready-recompiles": ("recompiles", RecompileEvidence),
-             "ready-determinism": ("determinism", DeterminismEvidence),
-             "ready-precision": ("precision", PrecisionEvidence)}
-    for stage, (name, model) in parts.items():
-        if (text := run.result(stage)) is not None:
-            setattr(evidence, name, model.model_validate_json(text))
-    if (text := run.result("ready-latency")) is not None:
-        measured = json.loads(text)
-        evidence.latency = [LatencyRow.model_validate(row) for row in measured["rows"]]
-        evidence.memory = MemoryBudget.model_validate(measured["memory"])
-    for stage, outcome in run.outcomes.items():
-        if stage.startswith("ready-") and outcome.status != "ok":
-            evidence.skipped[stage] = (outcome.error.message if outcome.error is not None else outcome.note) \
-                or f"the {stage} stage did not run"
-    return evidence

@@ -8,19 +8,17 @@ import shutil
 from dataclasses import dataclass
 from typing import Callable
 
+from advisor.assembly.build import assemble_report
+from advisor.assembly.verification import verify_findings
 from advisor.commands.audit import AuditResult
 from advisor.commands.options import MeasureOptions
 from advisor.errors import StageError
-from advisor.evidence import Evidence
 from advisor.files.session import FileSession
-from advisor.report.assembly import assemble_report
-from advisor.report.gathered import Gathered
-from advisor.report.schema import ModelOutput, StageRecord, VerificationSettings
+from advisor.report.schema import VerificationSettings
 from advisor.rulekit.engine import RuleConfig
 from advisor.run.arms import RunVerifier
-from advisor.run.gathered_run import evidence_of
+from advisor.run.gathered_run import gathered_run
 from advisor.run.launch import ScriptRun, discard, launch
-from advisor.verify.orchestrate import verify_findings
 
 
 @dataclass(kw_only=True)
@@ -67,13 +65,12 @@ def _run_with(files: FileSession, options: RunOptions, progress: Callable[[str],
     run = launch(list(options.command), window, options.timeout, progress, show_output=options.show_output,
                  environment=environment, scratch_in=scratch, experiment=options.experiment)
     try:
-        evidence, errors, notes = evidence_of(run, options.script, options.timeout)
+        gathered = gathered_run(run, options.script, options.timeout)
         trace_kept = _keep_trace(run, options)
         seen = run.read("window.json") or {}
     finally:
         discard(run)
-    gathered = Gathered(evidence=evidence, errors=errors, stages=_stages(run, evidence, notes),
-                        output=ModelOutput(stdout=run.stdout, stderr=run.stderr), judge=evidence.timing is not None)
+    evidence, errors = gathered.evidence, gathered.errors
     report = assemble_report(gathered, rules, VerificationSettings(enabled=options.verify, budget_s=options.budget,
                                                                    pairs=options.pairs))
     known: dict = {}
@@ -142,12 +139,3 @@ def _keep_rank_evidence(run: ScriptRun, folder: str, path: str) -> None:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "w", encoding="utf-8") as handle:
             json.dump(recorded, handle, indent=1)
-
-
-def _stages(run: ScriptRun, evidence: Evidence, notes: list[str]) -> list[StageRecord]:
-    return [
-        StageRecord(stage="script", status="ok" if run.returncode in (0, None) and not run.timed_out else "error",
-                    seconds=round(run.seconds, 3), note="; ".join(notes)),
-        StageRecord(stage="timing", status="ok" if evidence.timing is not None else "skipped"),
-        StageRecord(stage="trace", status="ok" if evidence.trace is not None else "skipped"),
-    ]

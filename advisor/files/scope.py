@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 import posixpath
 
+from advisor.machine.procfs import open_file_path
+
 SYSTEM_PREFIXES = ("/proc", "/sys", "/dev")
 DIR_CACHE_LIMIT = 4096
 
@@ -35,7 +37,7 @@ class Scope:
 
     def canonical(self, path: str, dir_fd: int | None = None) -> str:
         if dir_fd is not None and not path.startswith("/"):
-            path = posixpath.join(os.readlink(f"/proc/self/fd/{dir_fd}"), path)
+            path = posixpath.join(open_file_path(dir_fd), path)
         path = os.path.abspath(path)
         head, tail = posixpath.split(path)
         real = self._dirs.get(head)

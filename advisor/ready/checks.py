@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from advisor.conditions import judge
 from advisor.evidence import Location
+from advisor.machine.conditions import judge
 from advisor.ready.measured import Blocker, ReadyEvidence
 from advisor.report.readiness import CHECK_IDS, LatencyRow, Readiness, ReadyCheck
 from advisor.rulekit.thresholds import Threshold, Thresholds

@@ -16,7 +16,8 @@ from typing import Any, Callable
 
 import torch
 
-from advisor.conditions import Watch
+from advisor.machine import procfs
+from advisor.machine.conditions import Watch
 from advisor.ready.measured import MemoryBudget
 from advisor.ready.places import first_line, raised_at
 from advisor.report.readiness import LatencyRow, Percentile
@@ -98,43 +99,22 @@ class PeakMemory:
             torch.cuda.reset_peak_memory_stats(device)
             self.base = torch.cuda.memory_allocated(device)
             return
-        self.base = _status_kb("VmRSS")
-        try:
-            with open("/proc/self/clear_refs", "w") as handle:
-                handle.write("5")  # resets VmHWM to the current RSS
-        except OSError:
-            pass
+        self.base = procfs.own_memory_kb("VmRSS")
+        procfs.reset_peak_memory()
 
     def read_mb(self) -> float | None:
         if self.device.type == "cuda":
             return round((torch.cuda.max_memory_allocated(self.device) - self.base) / 2**20, 2)
-        peak = _status_kb("VmHWM")
+        peak = procfs.own_memory_kb("VmHWM")
         if peak is None or self.base is None:
             return None
         return round(max(0, peak - self.base) / 1024, 2)
-
-
-def _status_kb(field: str) -> int | None:
-    try:
-        with open("/proc/self/status") as handle:
-            for line in handle:
-                if line.startswith(field + ":"):
-                    return int(line.split()[1])
-    except OSError:
-        return None
-    return None
 
 
 def memory_budget(device: torch.device) -> MemoryBudget:
     if device.type == "cuda":
         total = torch.cuda.get_device_properties(device).total_memory
         return MemoryBudget(available_mb=round(total / 2**20, 1), what="the GPU's total memory")
-    try:
-        with open("/proc/meminfo") as handle:
-            for line in handle:
-                if line.startswith("MemAvailable:"):
-                    return MemoryBudget(available_mb=round(int(line.split()[1]) / 1024, 1),
-                                        what="the host's available memory")
-    except OSError:
-        pass
+    if (available := procfs.available_memory_kb()) is not None:
+        return MemoryBudget(available_mb=round(available / 1024, 1), what="the host's available memory")
     return MemoryBudget()

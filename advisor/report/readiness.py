@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from advisor.evidence import Location
-from advisor.machine_state import MeasurementConditions
+from advisor.machine.state import MeasurementConditions
 from advisor.records import Field, Record
 
 CheckStatus = Literal["pass", "warn", "fail", "skipped"]

@@ -22,6 +22,7 @@ from advisor.evidence import (
     Timing,
 )
 from advisor.files.account import FilesRecord
+from advisor.gathered import ModelOutput, StageRecord
 from advisor.records import Field, Record
 from advisor.report.readiness import Readiness
 from advisor.rulekit.rule import Finding, Layer, RuleRun, Verification
@@ -80,21 +81,9 @@ class GraphSummary(Record):
     top_targets: dict[str, int] = Field(default_factory=dict)
 
 
-class StageRecord(Record):
-    stage: str
-    status: str
-    seconds: float = 0.0
-    note: str = ""
-
-
 class RuleProblemRecord(Record):
     source: str
     message: str
-
-
-class ModelOutput(Record):
-    stdout: str = ""
-    stderr: str = ""
 
 
 class VerificationSettings(Record):
@@ -107,7 +96,7 @@ class VerificationSettings(Record):
 
 class MeasurementQuality(Record):
     """How far the run's measurements can be trusted: the machine's conditions while the step was timed and
-    while each fix was measured (``advisor/conditions.py``), judged once (``report/quality.py``)."""
+    while each fix was measured (``advisor/machine/conditions.py``), judged once (``assembly/quality.py``)."""
 
     # inconsistent: the stages disagree though no contention was measured (a step misread, or a drifting step)
     state: Literal["quiet", "contended", "inconsistent", "unknown"] = "unknown"

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Literal
 
 from advisor.evidence import Location, Margin
-from advisor.machine_state import MeasurementConditions
+from advisor.machine.state import MeasurementConditions
 from advisor.records import Field, Record
 from advisor.rulekit.docs import RuleDoc, parse_doc
 from advisor.rulekit.needs import NEEDS, unknown

@@ -28,8 +28,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from advisor.conditions import Watch
 from advisor.files.session import FileSession
+from advisor.machine.conditions import Watch
 from advisor.rulekit.engine import RuleSet
 from advisor.rulekit.rule import Finding, Verification
 from advisor.run.judging import LOADER_NOTE, MIN_PAIRS, judged, model_not_called, within

@@ -23,6 +23,7 @@ from advisor.evidence import (
     TargetInfo,
     Timing,
 )
+from advisor.gathered import Gathered, ModelOutput, StageRecord
 from advisor.run.kinds import BACKWARD, FORWARD, MARKER, OPTIMIZER, PROFILER_STEP
 from advisor.run.launch import ScriptRun
 from advisor.sources import innermost_user_frame
@@ -33,7 +34,9 @@ STEP_KINDS = {OPTIMIZER: "each optimizer step", FORWARD: "each call of the model
               PROFILER_STEP: "each of the script's own prof.step() calls", MARKER: "each return of --step-marker"}
 
 
-def evidence_of(run: ScriptRun, script: str, timeout: float) -> tuple[Evidence, list[StageError], list[str]]:
+def gathered_run(run: ScriptRun, script: str, timeout: float) -> Gathered:
+    """What one run of the script gathered: its evidence (rank 0's under torchrun, with every rank's summary), the
+    errors, the stages' records and the script's output; nothing to judge when no step was timed."""
     evidence, errors, notes = _primary_evidence(run, script, timeout)
     if run.rank_folders:
         from advisor.run.rank_failures import rank_failures
@@ -41,7 +44,17 @@ def evidence_of(run: ScriptRun, script: str, timeout: float) -> tuple[Evidence, 
         rank_failures(run, script, errors, notes)
         if len(run.rank_folders) > 1 and not evidence.rank_summaries:
             _gather_ranks(run, evidence, notes)  # a rank failed before rank 0's window ended: what the others measured
-    return evidence, errors, notes
+    return Gathered(evidence=evidence, errors=errors, stages=_stages(run, evidence, notes),
+                    output=ModelOutput(stdout=run.stdout, stderr=run.stderr), judge=evidence.timing is not None)
+
+
+def _stages(run: ScriptRun, evidence: Evidence, notes: list[str]) -> list[StageRecord]:
+    return [
+        StageRecord(stage="script", status="ok" if run.returncode in (0, None) and not run.timed_out else "error",
+                    seconds=round(run.seconds, 3), note="; ".join(notes)),
+        StageRecord(stage="timing", status="ok" if evidence.timing is not None else "skipped"),
+        StageRecord(stage="trace", status="ok" if evidence.trace is not None else "skipped"),
+    ]
 
 
 def _primary_evidence(run: ScriptRun, script: str, timeout: float) -> tuple[Evidence, list[StageError], list[str]]:

@@ -18,19 +18,15 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from advisor.conditions import OWN_GROUP_ENV
 from advisor.errors import StageError, stop_name
-from advisor.files import stop
-from advisor.sandbox.supervisor import end_process_group, output_tail
+from advisor.machine import procfs
+from advisor.sandbox.child import BOOT_DIR, Child, child_environment
 
-BOOT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "boot")
 INTERRUPT_GRACE_S = 3.0
 STOP_WAIT_S = 150.0  # a stop request: the next step, then the writes in flight (a large checkpoint) and the window's files
 POLL_S = 0.5  # how often the parent looks at what the step window says while it waits
@@ -101,43 +97,32 @@ def launch(command: list[str], window: dict, timeout: float, progress: Callable[
     spec_path = os.path.join(scratch, "spec.json")
     with open(spec_path, "w", encoding="utf-8") as handle:
         json.dump({**window, "out_dir": scratch}, handle)
-    env = {key: value for key, value in os.environ.items() if key != "ADVISOR_RUN_OWNER"}
-    env.update(environment or {})
-    env["ADVISOR_RUN_SPEC"] = spec_path
-    env[OWN_GROUP_ENV] = "1"  # its session is the job's: torchrun's ranks share its group
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (BOOT_DIR, ADVISOR_ROOT, env.get("PYTHONPATH", "")) if p)
-    stdout_path, stderr_path = os.path.join(scratch, "stdout.txt"), os.path.join(scratch, "stderr.txt")
+    env = child_environment({"ADVISOR_RUN_SPEC": spec_path}, environment, path_first=(BOOT_DIR, ADVISOR_ROOT),
+                            leave_out=("ADVISOR_RUN_OWNER",))
     began = time.monotonic()
-    with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
-        pipe = subprocess.PIPE if show_output else None
-        try:
-            child = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=pipe or out, stderr=pipe or err,
-                                     env=env, start_new_session=True)
-        except (FileNotFoundError, PermissionError) as missing:
-            run.errors.append(StageError(stage="load", kind="user-code",
-                                         message=f"cannot start {command[0]!r}: {missing.strerror or missing}"))
-            return run
-        copiers = [_tee(child.stdout, out, sys.stdout.buffer), _tee(child.stderr, err, sys.stderr.buffer)] \
-            if show_output else []
-        try:
-            run.returncode = _wait(child, timeout, scratch, progress)
-        except subprocess.TimeoutExpired:
-            run.timed_out = True
-            if experiment or not _stop_between_steps(child, run, progress):
-                _dump_stacks(spec_path)
-                run.stop = "killed"
-        except KeyboardInterrupt as interruption:
-            run.interrupted, run.stopped_by = True, stop_name(interruption)
-            if experiment or not _stop_between_steps(child, run, progress):
-                _interrupt(child)
-                run.stop = "killed"
-        finally:
-            end_process_group(child, graceful=not run.timed_out)
-            _end_the_rest(spec_path)
-            for copier in copiers:
-                copier.join(timeout=5)
+    try:
+        child = Child(command, scratch, env, show_output=show_output)
+    except (FileNotFoundError, PermissionError) as missing:
+        run.errors.append(StageError(stage="load", kind="user-code",
+                                     message=f"cannot start {command[0]!r}: {missing.strerror or missing}"))
+        return run
+    try:
+        run.returncode = _wait(child.process, timeout, scratch, progress)
+    except subprocess.TimeoutExpired:
+        run.timed_out = True
+        if experiment or not _stop_between_steps(child, run, progress):
+            _dump_stacks(spec_path)
+            run.stop = "killed"
+    except KeyboardInterrupt as interruption:
+        run.interrupted, run.stopped_by = True, stop_name(interruption)
+        if experiment or not _stop_between_steps(child, run, progress):
+            child.interrupt(INTERRUPT_GRACE_S)
+            run.stop = "killed"
+    finally:
+        child.end(graceful=not run.timed_out)
+        _end_the_rest(spec_path)
     run.seconds = time.monotonic() - began
-    run.stdout, run.stderr = output_tail(stdout_path), output_tail(stderr_path)
+    run.stdout, run.stderr = child.output()
     return run
 
 
@@ -166,45 +151,26 @@ def _wait(child: subprocess.Popen, timeout: float, scratch: str, progress: Calla
                 f"{before}"))
 
 
-def _stop_between_steps(child: subprocess.Popen, run: ScriptRun, progress: Callable[[str], None]) -> bool:
+def _stop_between_steps(child: Child, run: ScriptRun, progress: Callable[[str], None]) -> bool:
     """Ask the script's step windows to stop (at their next step, or between two writes), and wait.
     False when nobody listened (torch not imported yet), or it did not stop in time: end it at once."""
-    if not stop.request(run.folders):
+    def announce() -> None:
+        progress(f"stopping the script between two steps (up to {STOP_WAIT_S:g} s; Ctrl-C again ends it at once)")
+    if not child.stop_between_writes(run.folders, STOP_WAIT_S, announce):
         return False
-    progress(f"stopping the script between two steps (up to {STOP_WAIT_S:g} s; Ctrl-C again ends it at once)")
-    try:
-        run.returncode = child.wait(timeout=STOP_WAIT_S)
-    except (subprocess.TimeoutExpired, KeyboardInterrupt):
-        return False
-    run.stop = "between steps"
+    run.returncode, run.stop = child.process.returncode, "between steps"
     return True
-
-
-def _interrupt(child: subprocess.Popen) -> None:
-    """Pass Ctrl-C on to the script (its own session does not get the terminal's), so it can end
-    and the step window can write what it measured; the group is ended after a grace period."""
-    try:
-        os.killpg(child.pid, signal.SIGINT)
-        child.wait(timeout=INTERRUPT_GRACE_S)
-    except (ProcessLookupError, PermissionError, subprocess.TimeoutExpired, KeyboardInterrupt):
-        pass
 
 
 def processes_of(spec_path: str) -> list[int]:
     """Every process of this run, whatever its session: torchrun starts each rank in a session of its
     own, out of reach of the run's process group, but all inherit the run's ADVISOR_RUN_SPEC."""
-    marker = f"ADVISOR_RUN_SPEC={spec_path}".encode()
-    found = []
-    for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as handle:
-                if marker in handle.read().split(b"\0"):
-                    found.append(int(entry))
-        except OSError:
-            continue
-    return found
+    marker = f"ADVISOR_RUN_SPEC={spec_path}"
+    try:
+        pids = procfs.process_ids()
+    except OSError:
+        return []
+    return [pid for pid in pids if pid != os.getpid() and procfs.has_environment_entry(pid, marker)]
 
 
 def _signal_all(pids: list[int], signum: int) -> None:
@@ -234,18 +200,6 @@ def _end_the_rest(spec_path: str) -> None:
     while time.monotonic() < deadline and (pids := processes_of(spec_path)):
         time.sleep(0.1)
     _signal_all(pids, signal.SIGKILL)
-
-
-def _tee(source, file, terminal) -> threading.Thread:
-    """Copy the script's output to its file and to advisor's own terminal as it comes (--show-output)."""
-    def copy() -> None:
-        for chunk in iter(lambda: source.read1(65536), b""):
-            file.write(chunk)
-            terminal.write(chunk)
-            terminal.flush()
-    thread = threading.Thread(target=copy, daemon=True)
-    thread.start()
-    return thread
 
 
 def discard(run: ScriptRun) -> None:

@@ -75,7 +75,7 @@ class StepWindow(ProfiledSteps, TrainingSigns):
         self.data_wait_ms: list[float] = []
         self.waiting = 0.0
         self.journal_spent = 0.0  # the file journal's time when the last step ended
-        from advisor.conditions import Watch  # made once torch is imported: the bootstrap imports little
+        from advisor.machine.conditions import Watch  # made once torch is imported: the bootstrap imports little
 
         self.machine = Watch()
         self.profiler = None

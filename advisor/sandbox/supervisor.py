@@ -2,8 +2,8 @@
 
 Each stage gets ``timeout`` seconds; a stage that runs over is ended (with the child's whole
 process group, loader workers included) and later stages are not attempted. A crash (signal,
-``os.abort()``, ``os._exit``) is reported against the stage that was running. The child's
-stdout and stderr are captured to files and kept, truncated, for the report.
+``os.abort()``, ``os._exit``) is reported against the stage that was running. The child is
+started, stopped and ended as every child of advisor's is (``child.py``).
 """
 
 from __future__ import annotations
@@ -13,21 +13,17 @@ import os
 import select
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from advisor.conditions import OWN_GROUP_ENV
 from advisor.errors import StageError
-from advisor.files import stop
+from advisor.sandbox.child import BOOT_DIR, Child, child_environment
 from advisor.sandbox.registry import StagePlan
 
-BOOT_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "run", "boot")
 STOP_WAIT_S = 30.0  # a stopped child: its writes in flight finish before it ends
-OUTPUT_LIMIT = 8000  # characters of the child's stdout/stderr kept for the report
 # Starting Python and importing torch is advisor's cost, not a stage's: the stage clock starts when
 # the child says it is ready. Until then it gets this long (a cold disk on a slow machine).
 STARTUP_LIMIT_S = 120.0
@@ -76,41 +72,23 @@ def run_capture(
     with open(spec_path, "w", encoding="utf-8") as handle:
         json.dump(spec, handle)
     run = CaptureRun(outcomes={s: StageOutcome(s, "not-run") for s in plan.stages})
-    stdout_path, stderr_path = os.path.join(workdir, "stdout.txt"), os.path.join(workdir, "stderr.txt")
     read_fd, write_fd = os.pipe()
-    env = {**os.environ, "ADVISOR_CONTROL_FD": str(write_fd), "PYTHONUNBUFFERED": "1", OWN_GROUP_ENV: "1",
-           **(environment or {})}
+    env = child_environment({"ADVISOR_CONTROL_FD": str(write_fd), "PYTHONUNBUFFERED": "1"}, environment,
+                            path_first=(BOOT_DIR,) if environment else ())  # the bootstrap installs the file layer
     env.setdefault("PYTHONWARNINGS", "ignore::DeprecationWarning")
-    if environment:  # the bootstrap installs the file layer before the child runs anything
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (BOOT_DIR, env.get("PYTHONPATH", "")) if p)
-    with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
-        child = subprocess.Popen(
-            [sys.executable, "-m", "advisor.sandbox.worker", spec_path],
-            stdin=subprocess.DEVNULL, stdout=out, stderr=err, pass_fds=(write_fd,), env=env,
-            start_new_session=True,  # its own process group: a timeout ends loader workers too
-        )
+    child = Child([sys.executable, "-m", "advisor.sandbox.worker", spec_path], workdir, env, pass_fds=(write_fd,))
     os.close(write_fd)
     finished = False
     try:
-        finished = _follow(child, read_fd, run, timeout, progress, on_start)
+        finished = _follow(child.process, read_fd, run, timeout, progress, on_start)
     finally:
         os.close(read_fd)
-        if not finished:
-            _stop_between_writes(child, workdir)
-        end_process_group(child, graceful=finished)
-    run.stdout = output_tail(stdout_path)
-    run.stderr = output_tail(stderr_path)
+        if not finished and child.process.poll() is None:  # a stage over its time, Ctrl-C: its writes end whole
+            child.stop_between_writes([workdir], STOP_WAIT_S)
+        child.end(graceful=finished)
+    run.stdout, run.stderr = child.output()
     shutil.rmtree(workdir, ignore_errors=True)  # one folder per child: an audit must not leave them behind
     return run
-
-
-def _stop_between_writes(child: subprocess.Popen, workdir: str) -> None:
-    """A child advisor ends (a stage over its time, Ctrl-C) ends once its writes in flight are whole."""
-    if child.poll() is None and stop.request([workdir]):
-        try:
-            child.wait(timeout=STOP_WAIT_S)
-        except (subprocess.TimeoutExpired, KeyboardInterrupt):
-            pass
 
 
 def _read(path: str) -> str:
@@ -199,31 +177,3 @@ def _crash_error(stage: str, returncode: int | None) -> StageError:
     else:
         cause = f"the model process exited with code {returncode} without finishing the stage (os._exit or a native exit)"
     return StageError(stage=stage, kind="crash", message=cause + "; the model was not run again")
-
-
-def end_process_group(child: subprocess.Popen, graceful: bool) -> None:
-    if graceful and child.poll() is None:
-        try:
-            child.wait(timeout=5)  # a worker that sent "exit" is shutting down
-        except subprocess.TimeoutExpired:
-            pass
-    try:
-        os.killpg(child.pid, signal.SIGKILL)  # leftovers: hung children, loader workers
-    except (ProcessLookupError, PermissionError):
-        pass
-    if child.poll() is None:
-        child.wait()
-
-
-def output_tail(path: str) -> str:
-    try:
-        with open(path, "rb") as handle:
-            data = handle.read()
-    except OSError:
-        return ""
-    text = data.decode("utf-8", errors="replace")
-    if len(text) <= OUTPUT_LIMIT:
-        return text
-    half = OUTPUT_LIMIT // 2
-    dropped = len(text) - OUTPUT_LIMIT
-    return f"{text[:half]}\n… [{dropped} characters cut] …\n{text[-half:]}"

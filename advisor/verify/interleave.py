@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import torch
 
-from advisor.conditions import Watch
+from advisor.machine.conditions import Watch
 from advisor.verify.measure import ABResult
 from advisor.workload.timing import timer_for
 

@@ -11,7 +11,7 @@ import math
 import statistics
 from dataclasses import dataclass
 
-from advisor.machine_state import MeasurementConditions
+from advisor.machine.state import MeasurementConditions
 from advisor.stats import ratio_median_interval
 
 

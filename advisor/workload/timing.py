@@ -17,8 +17,8 @@ from typing import Any, Callable
 
 import torch
 
-from advisor.conditions import Watch, judge, wait_for_quiet
 from advisor.evidence import Timing
+from advisor.machine.conditions import Watch, judge, wait_for_quiet
 from advisor.stats import median_half_width, relative_spread
 
 MIN_SAMPLES_SLOW = 3

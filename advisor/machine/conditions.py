@@ -12,7 +12,7 @@ which reads, at its start and its end:
 - the cgroup's CPU quota (v2 ``cpu.max``, v1 ``cpu.cfs_quota_us``) and its throttled periods;
 - the frequency governor and the current against the maximum clock (``/sys/devices/system/cpu``);
 - on CUDA, at the end, the GPUs the job uses: clocks and throttle reasons, the PCIe link, the other processes
-  on the device, persistence, MIG and ECC (``advisor/gpu_state.py``).
+  on the device, persistence, MIG and ECC (``advisor/machine/gpus.py``).
 
 What cannot be read here (no /proc, no cpufreq in a container) is named in ``unreadable``, never guessed.
 ``judge`` says whether the figures allow a measurement to be trusted, with one threshold per figure.
@@ -25,8 +25,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from advisor.gpu_state import read_gpus
-from advisor.machine_state import MeasurementConditions, OtherProcess
+from advisor.machine import procfs
+from advisor.machine.gpus import read_gpus
+from advisor.machine.state import MeasurementConditions, OtherProcess
 
 BUSY_SHARE = 0.10  # other processes' CPU time of 10% of this process's CPUs: contended
 STEAL_SHARE = 0.05
@@ -131,7 +132,7 @@ def between(start: _Snapshot, end: _Snapshot, usable: list[int]) -> MeasurementC
         conditions.others_cores = round(max(0.0, busy * _TICK_S - own_s) / wall, 3)
         conditions.steal_share = round(steal / total, 4) if total else 0.0
     others = sorted(((ticks, pid) for pid, ticks in used.items() if pid not in mine and ticks > 0), reverse=True)
-    conditions.busiest = [OtherProcess(pid=pid, command=_command(pid), cores=round(ticks * _TICK_S / wall, 3))
+    conditions.busiest = [OtherProcess(pid=pid, command=procfs.command(pid), cores=round(ticks * _TICK_S / wall, 3))
                           for ticks, pid in others[:NAMED_MOST] if ticks * _TICK_S / wall >= NAMED_FROM_CORES]
     return conditions
 
@@ -211,44 +212,19 @@ def _usable_cpus() -> list[int]:
 
 def _cpu_ticks(unreadable: list[str]) -> dict[int, list[int]] | None:
     try:
-        with open("/proc/stat", encoding="ascii") as handle:
-            return parse_proc_stat(handle.read())
+        return procfs.cpu_ticks()
     except OSError as error:
         unreadable.append(f"/proc/stat ({error.strerror}): other processes' use of the CPUs")
         return None
 
 
-def parse_proc_stat(text: str) -> dict[int, list[int]]:
-    """Per CPU, its first eight counters (user nice system idle iowait irq softirq steal), in ticks."""
-    cpus = {}
-    for line in text.splitlines():
-        name, _, rest = line.partition(" ")
-        if name.startswith("cpu") and name[3:].isdigit():
-            values = [int(v) for v in rest.split()[:8]]
-            cpus[int(name[3:])] = values + [0] * (8 - len(values))
-    return cpus
-
-
 def _process_ticks(unreadable: list[str]) -> dict[int, tuple[int, int, int, int]]:
-    processes = {}
     try:
-        names = os.listdir("/proc")
+        pids = procfs.process_ids()
     except OSError as error:
         unreadable.append(f"/proc ({error.strerror}): the processes' CPU time")
-        return processes
-    for name in names:
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", encoding="utf-8", errors="replace") as handle:
-                text = handle.read()
-        except OSError:
-            continue  # ended meanwhile, or not ours to read
-        fields = text[text.rfind(")") + 2:].split()  # the command in parentheses may hold spaces
-        if len(fields) > 14:  # ppid pgrp ... utime stime cutime cstime (proc(5), from the state on)
-            processes[int(name)] = (int(fields[1]), int(fields[2]), int(fields[11]) + int(fields[12]),
-                                    int(fields[13]) + int(fields[14]))
-    return processes
+        return {}
+    return {pid: times for pid in pids if (times := procfs.process_times(pid)) is not None}
 
 
 # Set by advisor in the environment of a child it starts in a session of its own: that process group is the
@@ -277,28 +253,11 @@ def _family(root: int, processes: dict[int, tuple[int, int, int, int]]) -> set[i
     return found
 
 
-def _command(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as handle:
-            parts = [p.decode(errors="replace") for p in handle.read().split(b"\0") if p]
-    except OSError:
-        parts = []
-    if not parts:
-        return f"pid {pid}"
-    return " ".join(" ".join([os.path.basename(parts[0]), *parts[1:3]]).split())[:80]  # one line: ``-c`` code too
-
-
 def _cgroup_dirs(controller: str) -> list[str]:
     """This process's cgroup folders for ``controller``, innermost first (a quota binds from any ancestor)."""
-    try:
-        with open("/proc/self/cgroup", encoding="utf-8") as handle:
-            memberships = [line.rstrip("\n").split(":", 2) for line in handle]
-        with open("/proc/self/mounts", encoding="utf-8") as handle:
-            mounts = [line.split() for line in handle]
-    except OSError:
-        return []
+    memberships, mounts = procfs.cgroup_memberships(), procfs.mounts()
     found = []
-    for _, controllers, path in (m for m in memberships if len(m) == 3):
+    for controllers, path in memberships:
         v2 = controllers == ""  # the unified hierarchy: one line "0::/path"
         for mount in mounts:
             if len(mount) < 4 or mount[2] != ("cgroup2" if v2 else "cgroup"):

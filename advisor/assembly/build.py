@@ -3,16 +3,16 @@
 ``advisor audit`` (a model file in the supervised child), ``advisor run`` (a script), ``advisor.audit(...)``
 (a live model in this process), ``advisor ready`` and ``advisor analyze`` (recorded traces) differ only in
 how they gather evidence. After that they share this: the configured rules run once over the evidence
-and the report is filled from it; fixes are then measured by the one orchestration in
-``advisor.verify.orchestrate``.
+and the report is filled from it; the fixes' verdicts are then folded in by the one verification method
+(``verification.py``).
 """
 
 from __future__ import annotations
 
-from advisor.report.gathered import Gathered
-from advisor.report.quality import mark_unreliable, measurement_quality
+from advisor.assembly.quality import mark_unreliable, measurement_quality
+from advisor.assembly.summarize import summarize_graph, summarize_performance, summarize_trace
+from advisor.gathered import Gathered
 from advisor.report.schema import Report, RuleProblemRecord, VerificationSettings
-from advisor.report.summarize import summarize_graph, summarize_performance, summarize_trace
 from advisor.rulekit.engine import RuleConfig
 from advisor.rulekit.rule import Layer
 from advisor.version import __version__

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import statistics
 
-from advisor.conditions import judge
 from advisor.evidence import Evidence
+from advisor.machine.conditions import judge
 from advisor.report.schema import MeasurementQuality, Report
 
 STAGES_DISAGREE = 1.5  # one stage's step this many times the other's: not the same conditions

@@ -12,10 +12,10 @@ from pathlib import Path
 
 from test_hardware_rules import _evidence, _findings, recorded
 
-from advisor.conditions import Watch, judge
-from advisor.gpu_state import parse_nvidia_smi_xml, read_gpus
+from advisor.machine.conditions import Watch, judge
+from advisor.machine.gpus import parse_nvidia_smi_xml, read_gpus
 from advisor.rulekit.rule import Severity
-from conftest import as_cuda
+from devkit.saved_evidence import as_cuda
 
 GPU_LOGS = Path(__file__).parent / "data" / "gpu"
 ME = os.getpid()

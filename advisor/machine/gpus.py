@@ -19,7 +19,8 @@ import subprocess
 import sys
 import xml.etree.ElementTree as ElementTree
 
-from advisor.machine_state import DeviceProcess, GpuState
+from advisor.machine import procfs
+from advisor.machine.state import DeviceProcess, GpuState
 
 # NVML's clocks-event (throttle) reason bits, and nvidia-smi's XML names for them
 REASON_BITS = {
@@ -125,7 +126,7 @@ def _from_nvml(own_pids: set[int], uuids: set[str], unreadable: list[str]) -> li
         for index in range(pynvml.nvmlDeviceGetCount()):
             handle = pynvml.nvmlDeviceGetHandleByIndex(index)
             running = query("nvmlDeviceGetComputeRunningProcesses", handle) or []
-            pids = [(p.pid, _command(p.pid), (p.usedGpuMemory / 2**20) if p.usedGpuMemory else None) for p in running]
+            pids = [(p.pid, procfs.command(p.pid), (p.usedGpuMemory / 2**20) if p.usedGpuMemory else None) for p in running]
             if not _ours(pids, own_pids, _bare_uuid(_text(query("nvmlDeviceGetUUID", handle))), uuids):
                 continue
             bits = query("nvmlDeviceGetCurrentClocksThrottleReasons", handle) or 0
@@ -177,14 +178,6 @@ def _bare_uuid(text: str) -> str:
 
 def _text(value) -> str:
     return value.decode() if isinstance(value, bytes) else str(value or "")
-
-
-def _command(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/comm", encoding="utf-8") as handle:
-            return handle.read().strip()
-    except OSError:
-        return ""
 
 
 def _int(text: str | None) -> int | None:

@@ -1,4 +1,5 @@
-"""What an entry point gathered, in the one shape every entry point hands to the report assembly."""
+"""What an entry point gathered, in the one shape every entry point hands to the report assembly: the evidence,
+the errors of the stages that failed, each stage's record and the model's own output."""
 
 from __future__ import annotations
 
@@ -6,7 +7,19 @@ from dataclasses import dataclass, field
 
 from advisor.errors import StageError
 from advisor.evidence import Evidence
-from advisor.report.schema import ModelOutput, StageRecord
+from advisor.records import Record
+
+
+class StageRecord(Record):
+    stage: str
+    status: str
+    seconds: float = 0.0
+    note: str = ""
+
+
+class ModelOutput(Record):
+    stdout: str = ""
+    stderr: str = ""
 
 
 @dataclass

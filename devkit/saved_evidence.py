@@ -24,7 +24,7 @@ from advisor.sources import is_library_path
 from advisor.trace.parse import SOURCE_ANNOTATION, parse_trace
 from advisor.trace.stream import EventStream
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parent.parent  # the checkout
 EVIDENCE_DIR = ROOT / "tests" / "data" / "evidence"
 # rank 0 of `advisor run -- torchrun --nproc-per-node 2 samples/scripts/<script>.py` (2 gloo ranks)
 DDP_DIR = ROOT / "tests" / "data" / "ddp"
@@ -154,3 +154,20 @@ def annotated_samples() -> dict[str, Expected]:
 
 def annotated_scripts() -> dict[str, Expected]:
     return {path.stem: expected(path) for path in sorted((ROOT / "samples" / "scripts").glob("*.py"))}
+
+
+def as_device(evidence, device: str, **env):
+    """The same captured evidence, recorded as if it came from another device (and environment). A GPU is
+    named as one: on a CPU run the device name is the CPU's, and "AMD EPYC" would read as an AMD GPU."""
+    if device.startswith("cuda"):
+        env.setdefault("device_name", "NVIDIA GPU")
+    return evidence.model_copy(update={
+        "target": evidence.target.model_copy(update={"device": device}),
+        "env": evidence.env.model_copy(update=env),
+    })
+
+
+def as_cuda(evidence, **env):
+    """The same captured evidence, recorded as if the device had been an A100 (GPU-only rules)."""
+    return as_device(evidence, "cuda:0", **{"device_name": "NVIDIA A100-SXM4-80GB", "gpu_capability": (8, 0),
+                                            "gpu_count": 1, **env})

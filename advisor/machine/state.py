@@ -1,5 +1,5 @@
 """Records of the machine while a measurement ran: other processes on its CPUs, the quota, the clocks, and
-the GPUs' state. ``advisor/conditions.py`` reads them; ``advisor/evidence.py`` holds them with each timing."""
+the GPUs' state. ``advisor/machine/conditions.py`` reads them; ``advisor/evidence.py`` holds them with each timing."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ class DeviceProcess(Record):  # a process that holds a context on a GPU advisor 
 class GpuState(Record):
     """One GPU as NVML (or nvidia-smi, which reads NVML) saw it at the end of a timed window: clocks against
     their maximum and why they are held down, the PCIe link against the device's maximum, the other processes
-    on it, and the modes that change what a measurement means (``advisor/gpu_state.py``)."""
+    on it, and the modes that change what a measurement means (``advisor/machine/gpus.py``)."""
 
     index: int
     name: str = ""
@@ -49,7 +49,7 @@ class GpuState(Record):
 
 
 class MeasurementConditions(Record):
-    """What else the machine did while a measurement ran (``advisor/conditions.py``): the CPU time other
+    """What else the machine did while a measurement ran (``advisor/machine/conditions.py``): the CPU time other
     processes used, steal, the cgroup quota and its throttling, the process's own CPU, the clocks."""
 
     wall_s: float
