@@ -10,10 +10,10 @@ the model) are shown apart, with the bare script's own peak. The table gives the
 each peak, the median of the pairs' ratios, and the audit's stage times from its report.
 
 The fixed cost: what the audit adds to a bare run whatever the model (Python and torch started a second time in
-the child, Dynamo's import and first capture, the reports), in seconds: the intercept of the excess seconds
-(audit minus bare) fitted over the GPT sizes against their bare seconds.
+the child, Dynamo's import and first capture, the profiler's start, the reports), in seconds: the excess (audit
+minus bare) on a model too small to cost anything itself (one 8x8 linear layer), the first row.
 
-    python bench/audit_scaling.py [--layers 2,8,32,64] [--no-cnn] [--repeats 3]
+    python bench/audit_scaling.py [--layers 2,8,32,64] [--no-cnn] [--repeats 3]   (--layers '' for the fixed cost alone)
 """
 
 from __future__ import annotations
@@ -39,6 +39,25 @@ get_inputs, get_optimizer, loss_fn = gpt_block.get_inputs, gpt_block.get_optimiz
 def get_model():
     torch.manual_seed(0)
     return gpt_block.GPT(layers={layers})
+"""
+TINY = """import torch
+
+
+def get_model():
+    torch.manual_seed(0)
+    return torch.nn.Linear(8, 8)
+
+
+def get_inputs():
+    return torch.randn(4, 8, generator=torch.Generator().manual_seed(1))
+
+
+def get_optimizer(model):
+    return torch.optim.SGD(model.parameters(), lr=0.1)
+
+
+def loss_fn(output, inputs):
+    return output.square().mean()
 """
 POLL_S = 0.02
 
@@ -95,7 +114,10 @@ def watched(command: list[str]) -> tuple[float, float, float]:
 
 
 def _model_files(scratch: str, layers: list[int], cnn: bool) -> list[tuple[str, str]]:
-    files = []
+    tiny = os.path.join(scratch, "tiny.py")
+    with open(tiny, "w", encoding="utf-8") as handle:
+        handle.write(TINY)
+    files = [("tiny (fixed)", tiny)]
     for count in layers:
         path = os.path.join(scratch, f"gpt_{count}_layers.py")
         with open(path, "w", encoding="utf-8") as handle:
@@ -115,10 +137,11 @@ def main() -> None:
     compile_sources()
     print(f"{'model':15} {'steps':>5} {'audit s':>8} {'bare s':>7} {'wall':>6} {'parent MB':>9} {'child MB':>8} "
           f"{'bare MB':>8} {'memory':>7}  audit stages (s)")
-    excess: list[tuple[float, float]] = []
+    fixed_s: float | None = None
     with tempfile.TemporaryDirectory() as scratch:
-        for name, model in _model_files(scratch, [int(n) for n in args.layers.split(",")], not args.no_cnn):
-            out, bare = os.path.join(scratch, "reports"), os.path.join(scratch, "bare.py")
+        for name, model in _model_files(scratch, [int(n) for n in args.layers.split(",") if n], not args.no_cnn):
+            # a folder of its own per model: the step count and stages are read from the one report in it
+            out, bare = os.path.join(scratch, name.replace(" ", "_")), os.path.join(scratch, "bare.py")
             watched(audit_command(model, out))  # warms the disk cache and the compiled sources for both
             audits, bares, stages, counts = [], [], [], []
             for _ in range(args.repeats):
@@ -138,11 +161,9 @@ def main() -> None:
                                  if statistics.median(s[stage] for s in stages) >= 0.05)
             print(f"{name:15} {int(statistics.median(counts)):5d} {audit_s:8.2f} {bare_s:7.2f} {wall:5.2f}x "
                   f"{parent_mb:9.0f} {child_mb:8.0f} {bare_mb:8.0f} {memory:6.2f}x  {breakdown}", flush=True)
-            if name.startswith("gpt"):
-                excess.append((bare_s, audit_s - bare_s))
-    if len(excess) >= 2:
-        slope, intercept = statistics.linear_regression([b for b, _ in excess], [e for _, e in excess])
-        print(f"fixed cost: {intercept:.2f} s; and {slope:.2f} s more per second of the bare run")
+            if fixed_s is None:
+                fixed_s = statistics.median(a[0] - b[0] for a, b in zip(audits, bares))
+                print(f"{'':15} fixed cost: {fixed_s:.2f} s", flush=True)
 
 
 if __name__ == "__main__":
