@@ -36,9 +36,10 @@ for _ in range({steps}):
 synchronize(target.device)
 """
 DEFAULT_SAMPLES = "gpt_block,kernel_storm,missing_amp,non_contiguous,resnet_style"
-# steps the trace stage runs beside its profiled ones (capture/profile.py: 2 warm-up, 2 unlabelled),
-# and one each for the calls and FLOPs stages
-TRACE_EXTRA_STEPS, OTHER_STAGE_STEPS = 4, 2
+# Steps the audit runs beside its timed and profiled ones: the trace stage's 2 warm-up and 2 unlabelled profiled
+# steps (capture/stages.py, capture/profile.py); the timing stage's first step (run alone, so that a failing step
+# is reported at the user's line) and one each for the calls and FLOPs stages
+TRACE_EXTRA_STEPS, OTHER_STAGE_STEPS = 4, 3
 
 
 def audit_command(model: str, out: str) -> list[str]:
@@ -48,8 +49,9 @@ def audit_command(model: str, out: str) -> list[str]:
 def steps_and_stages(out: str) -> tuple[int, dict[str, float]]:
     report = json.load(open(glob.glob(os.path.join(out, "*.json"))[0]))
     timing, trace = report.get("timing") or {}, report.get("trace") or {}
-    steps = (timing.get("warmup_steps", 0) + len(timing.get("samples_ms", [])) + trace.get("steps_profiled", 0)
-             + TRACE_EXTRA_STEPS + OTHER_STAGE_STEPS)
+    windows = max(1, len(timing.get("windows_ms") or []))  # each timing window warms its own copy up
+    steps = (timing.get("warmup_steps", 0) * windows + len(timing.get("samples_ms", []))
+             + trace.get("steps_profiled", 0) + TRACE_EXTRA_STEPS + OTHER_STAGE_STEPS)
     return steps, {stage["stage"]: stage["seconds"] for stage in report["stages"]}
 
 

@@ -20,6 +20,7 @@ from torch.profiler import ProfilerActivity, profile, record_function
 from advisor.capture.annotate import SourceAnnotator
 from advisor.files.intercept import suspended
 from advisor.trace.parse import ANNOTATED_MARKER
+from advisor.workload.heap import release_free_heap
 
 
 def record_trace(
@@ -42,6 +43,7 @@ def record_trace(
         # belong to no ProfilerStep and enter no per-step figure.
         for _ in range(2):
             step()
+            release_free_heap()  # between steps, in no step's range: see workload/heap.py
         if annotate:
             with record_function(ANNOTATED_MARKER):
                 pass
@@ -54,6 +56,7 @@ def record_trace(
                     step()
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
+            release_free_heap()
     export_trace(prof, path)
 
 

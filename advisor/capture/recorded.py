@@ -33,13 +33,14 @@ def trace_files(paths: tuple[str, ...]) -> list[str]:
     return files
 
 
-def gathered_traces(paths: tuple[str, ...]) -> tuple[Gathered, list[str]]:
+def gathered_traces(paths: tuple[str, ...], cluster: str | None = None) -> tuple[Gathered, list[str]]:
     """The traces' evidence and the files read; a trace that cannot be read gives nothing to judge, its error
-    named, with the files as far as they were found."""
+    named, with the files as far as they were found. ``cluster``: the other ranks summarised on a Dask cluster
+    (trace/cluster.py), whose failure to run them is raised (ClusterError)."""
     files: list[str] = []
     try:
         files = trace_files(paths)
-        primary, ranks = parse_ranks(files)  # the first whole: every rule reads it; the other ranks as summaries
+        primary, ranks = parse_ranks(files, cluster=cluster)  # the first whole: every rule reads it; the other ranks as summaries
     except TraceFormatError as broken:
         target = TargetInfo(model_file=str(broken).split(":")[0], mode="recorded")
         return Gathered(evidence=Evidence(target=target), judge=False,

@@ -27,6 +27,7 @@ from advisor.report.write import write_reports
 from advisor.rulekit import severity
 from advisor.rulekit.engine import BrokenInstall, load_rules
 from advisor.rulekit.thresholds import SettingError, with_settings
+from advisor.trace.cluster import ClusterError
 from advisor.trace.gc_pause import gc_paused
 from advisor.version import __version__
 
@@ -189,12 +190,15 @@ def ready(model_file, batch_sizes, latency_budget, precision, precision_toleranc
 
 @cli.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
+@click.option("--cluster", metavar="ADDRESS",
+              help="A Dask scheduler (tcp://host:8786) whose workers summarise the ranks of a large trace folder; "
+                   "they must see the same files and have advisor installed. Default: processes on this machine.")
 @report_options
 @flags.DEBUG
-def analyze(paths, out_dir, formats, rule_dirs, settings, disabled, fail_on, debug) -> None:
+def analyze(paths, cluster, out_dir, formats, rule_dirs, settings, disabled, fail_on, debug) -> None:
     """Audit recorded Kineto traces (.json / .json.gz, or a folder of per-rank traces)."""
     chosen = formats_of(formats)
-    options = AnalyzeOptions(paths=tuple(paths), out_dir=out_dir, rule_dirs=tuple(rule_dirs),
+    options = AnalyzeOptions(paths=tuple(paths), cluster=cluster, out_dir=out_dir, rule_dirs=tuple(rule_dirs),
                              settings=tuple(settings), disabled=tuple(disabled))
     # One pass over a large acyclic trace: the cyclic collector would only walk it again and again.
     # It is back on once the trace is freed (when _analyze returns), so it never walks it at all.
@@ -209,7 +213,7 @@ def _analyze(options: AnalyzeOptions, first_path: str, out_dir: str, chosen: tup
              debug: bool) -> int:
     try:
         result = run_analyze(options)
-    except (SettingError, BrokenInstall) as bad:
+    except (SettingError, BrokenInstall, ClusterError) as bad:
         fail(str(bad), debug)
     except Exception as unexpected:  # noqa: BLE001
         fail(f"{first_path}: internal error in advisor: {type(unexpected).__name__}: {unexpected}", debug)

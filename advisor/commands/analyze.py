@@ -16,6 +16,7 @@ from advisor.rulekit.engine import RuleConfig
 @dataclass(kw_only=True)
 class AnalyzeOptions(RuleOptions):
     paths: tuple[str, ...]
+    cluster: str | None = None  # a Dask scheduler's address: the ranks' summaries are made on its workers
 
 
 @dataclass
@@ -36,7 +37,7 @@ class AnalyzeResult:
 def run_analyze(options: AnalyzeOptions) -> AnalyzeResult:
     """Raises SettingError for bad --set/--disable; a broken trace becomes a report error."""
     rules = RuleConfig.load(options.rule_dirs, options.settings, options.disabled)
-    gathered, files = gathered_traces(options.paths)
+    gathered, files = gathered_traces(options.paths, options.cluster)
     note = "a recorded trace: fixes cannot be run, only advised" if gathered.judge else ""
     report = assemble_report(gathered, rules, VerificationSettings(enabled=False, note=note))
     return AnalyzeResult(report=report, evidence=gathered.evidence if gathered.judge else None, files=files)

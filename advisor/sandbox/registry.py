@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
 from advisor.errors import AuditError, StageError
+from advisor.workload.heap import release_free_heap
 
 Runner = Callable[[dict, Callable[[str], None]], "str | None"]
 RUNNERS: dict[str, Runner] = {}
@@ -72,6 +73,7 @@ def run_stages(state: dict, stages: tuple[str, ...] | list[str], events: StageEv
             continue
         events.start(stage)
         outcome, payload = run_stage(state, stage, _throttled(lambda text, s=stage: events.progress(s, text)))
+        release_free_heap()  # what the stage freed goes back before the next one allocates (workload/heap.py)
         if outcome == "error":
             events.error(stage, payload)
             step_failed = step_failed or stage in RUNS_THE_STEP

@@ -10,11 +10,16 @@ a few hundred numbers per rank.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Iterator
 
 from advisor.opnames import COLLECTIVE_CALL_PREFIX, is_collective, is_collective_call
 from advisor.trace.parse import Trace, parse_trace
+
+if TYPE_CHECKING:
+    from concurrent.futures import Executor
 
 MAX_WORKERS = 4  # each holds one parsed trace at a time: more would raise the peak more than the speed
 
@@ -80,24 +85,38 @@ def summarize_file(path: str) -> RankTrace:
     return RankTrace.of(parse_trace(path, only_ops=(COLLECTIVE_CALL_PREFIX,)))  # the only ops a summary reads
 
 
-def parse_ranks(files: list[str], workers: int | None = None) -> tuple[Trace, list[RankTrace]]:
+def parse_ranks(files: list[str], workers: int | None = None,
+                cluster: str | None = None) -> tuple[Trace, list[RankTrace]]:
     """The first file parsed whole (every rule reads it) and every file's summary, in order.
 
-    The other files are summarised in worker processes, started first so that they parse while
-    this process parses the first file: on two cores, two ranks take about the time of one.
+    The other files are summarised by a pool, started first so that it works while this process parses the first
+    file: worker processes here (on two cores, two ranks take about the time of one), or with ``cluster`` (a Dask
+    scheduler's address, see cluster.py) the cluster's workers.
     """
     others = files[1:]
     cores = os.cpu_count() or 1
     workers = min(workers or cores, MAX_WORKERS, len(others))
-    if not others or cores == 1 or workers < 1:
+    if not others or cluster is None and (cores == 1 or workers < 1):
         primary = parse_trace(files[0])
         return primary, [RankTrace.of(primary), *map(summarize_file, others)] if others else []
+    with _pool(workers, cluster) as pool:
+        summaries = pool.map(summarize_file, others)
+        primary = parse_trace(files[0])
+        return primary, [RankTrace.of(primary), *summaries]
+
+
+@contextlib.contextmanager
+def _pool(workers: int, cluster: str | None) -> Iterator[Executor]:
+    if cluster is not None:
+        from advisor.trace.cluster import cluster_executor
+
+        with cluster_executor(cluster) as executor:
+            yield executor
+        return
     from concurrent.futures import ProcessPoolExecutor  # 13 ms of imports a single trace does not need
 
     pool = ProcessPoolExecutor(max_workers=workers)
     try:
-        summaries = pool.map(summarize_file, others)
-        primary = parse_trace(files[0])
-        return primary, [RankTrace.of(primary), *summaries]
+        yield pool
     finally:  # a broken trace ends the run: the ranks not yet started are not parsed for nothing
         pool.shutdown(wait=True, cancel_futures=True)

@@ -57,6 +57,7 @@ def time_steps(
             if index and time.perf_counter() - started >= budget_s:
                 break
             began = time.perf_counter()
+            step = None  # the last window's copy is freed before the next is made: never two at once
             step = make_step()
             for _ in range(warmup):
                 step()

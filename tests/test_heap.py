@@ -1,0 +1,34 @@
+"""Handing the freed heap back between the steps advisor runs (workload/heap.py), on real allocations."""
+
+from __future__ import annotations
+
+import pytest
+
+from advisor.capture.stages import LONG_STEP_MS, LONG_STEP_PROFILE_STEPS, PROFILE_STEPS, profiled_steps
+from advisor.machine.procfs import own_memory_kb
+from advisor.workload.heap import release_free_heap
+
+BLOCK = 64 * 1024  # under glibc's mmap threshold (128 KB at the least): from the heap, as a step's activations
+PIN = 1024  # over pymalloc's 512 bytes: from malloc's heap too, after each block, so freed blocks cannot merge
+
+
+def test_the_free_pages_inside_the_heap_go_back_to_the_system():
+    if not release_free_heap():
+        pytest.skip("this C library has no malloc_trim")
+    release_free_heap()
+    blocks, pins = [], []
+    for index in range(800):  # 50 MB, written (not only reserved) so that it is resident
+        blocks.append(bytes([index % 251]) * BLOCK)
+        pins.append(bytes([index % 7]) * PIN)
+    blocks.clear()  # freed between the pins: holes malloc keeps
+    kept = own_memory_kb("VmRSS")
+    assert release_free_heap()
+    given_back = kept - own_memory_kb("VmRSS")
+    assert given_back > 30 * 1024, f"only {given_back} kB of 50 MB of holes went back"
+    assert len(pins) == 800  # the pins lived throughout
+
+
+def test_a_long_step_is_profiled_over_fewer_steps():
+    assert profiled_steps(None) == PROFILE_STEPS  # no timing: the default
+    assert profiled_steps(LONG_STEP_MS / 2) == PROFILE_STEPS
+    assert profiled_steps(LONG_STEP_MS) == LONG_STEP_PROFILE_STEPS < PROFILE_STEPS
