@@ -24,6 +24,9 @@ import tempfile
 
 from whole_process import ROOT, compile_sources, measured
 
+sys.path.insert(0, ROOT)
+from advisor.capture.stages import LONG_STEP_PROFILE_STEPS, LONG_STEP_UNLABELLED, UNLABELLED_STEPS  # noqa: E402
+
 BARE = """import sys, time
 sys.path.insert(0, {root!r})
 import torch
@@ -36,10 +39,16 @@ for _ in range({steps}):
 synchronize(target.device)
 """
 DEFAULT_SAMPLES = "gpt_block,kernel_storm,missing_amp,non_contiguous,resnet_style"
-# Steps the audit runs beside its timed and profiled ones: the trace stage's 2 warm-up and 2 unlabelled profiled
-# steps (capture/stages.py, capture/profile.py); the timing stage's first step (run alone, so that a failing step
-# is reported at the user's line) and one each for the calls and FLOPs stages
-TRACE_EXTRA_STEPS, OTHER_STAGE_STEPS = 4, 3
+# Steps the audit runs beside its timed and profiled ones: the trace stage's warm-up and its unlabelled profiled
+# steps (capture/stages.py: fewer for a long step, told by the profiled steps' count); the timing stage's first
+# step (run alone, so that a failing step is reported at the user's line) and one each for the calls and FLOPs
+# stages (on the copy the timing warmed up)
+OTHER_STAGE_STEPS = 3
+
+
+def trace_extra_steps(steps_profiled: int) -> int:
+    long_step = steps_profiled == LONG_STEP_PROFILE_STEPS
+    return 1 + (LONG_STEP_UNLABELLED if long_step else UNLABELLED_STEPS) if steps_profiled else 0
 
 
 def audit_command(model: str, out: str) -> list[str]:
@@ -51,7 +60,7 @@ def steps_and_stages(out: str) -> tuple[int, dict[str, float]]:
     timing, trace = report.get("timing") or {}, report.get("trace") or {}
     windows = max(1, len(timing.get("windows_ms") or []))  # each timing window warms its own copy up
     steps = (timing.get("warmup_steps", 0) * windows + len(timing.get("samples_ms", []))
-             + trace.get("steps_profiled", 0) + TRACE_EXTRA_STEPS + OTHER_STAGE_STEPS)
+             + trace.get("steps_profiled", 0) + trace_extra_steps(trace.get("steps_profiled", 0)) + OTHER_STAGE_STEPS)
     return steps, {stage["stage"]: stage["seconds"] for stage in report["stages"]}
 
 

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from advisor.capture.stages import LONG_STEP_MS, LONG_STEP_PROFILE_STEPS, PROFILE_STEPS, profiled_steps
+from advisor.capture.stages import (
+    LONG_STEP_MS,
+    LONG_STEP_PROFILE_STEPS,
+    LONG_STEP_UNLABELLED,
+    PROFILE_STEPS,
+    UNLABELLED_STEPS,
+    profiled_steps,
+)
 from advisor.machine.procfs import own_memory_kb
 from advisor.workload.heap import release_free_heap
 
@@ -29,6 +36,8 @@ def test_the_free_pages_inside_the_heap_go_back_to_the_system():
 
 
 def test_a_long_step_is_profiled_over_fewer_steps():
-    assert profiled_steps(None) == PROFILE_STEPS  # no timing: the default
-    assert profiled_steps(LONG_STEP_MS / 2) == PROFILE_STEPS
-    assert profiled_steps(LONG_STEP_MS) == LONG_STEP_PROFILE_STEPS < PROFILE_STEPS
+    assert profiled_steps(None) == (PROFILE_STEPS, UNLABELLED_STEPS)  # no timing: the default
+    assert profiled_steps(LONG_STEP_MS / 2) == (PROFILE_STEPS, UNLABELLED_STEPS)
+    labelled, unlabelled = profiled_steps(LONG_STEP_MS)
+    assert (labelled, unlabelled) == (LONG_STEP_PROFILE_STEPS, LONG_STEP_UNLABELLED)
+    assert labelled < PROFILE_STEPS and unlabelled < UNLABELLED_STEPS

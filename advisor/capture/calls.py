@@ -101,12 +101,15 @@ class CallWatcher:
         return sites + [site for site in static_sites(source_path) if (site.api, site.file, site.line) not in seen]
 
 
-def watch_step_calls(target: Target) -> list[CallSite]:
-    """Watched calls made from user code while one step runs, then those found in the source."""
+def watch_step_calls(target: Target, warm_step: Callable[[], Any] | None = None) -> list[CallSite]:
+    """Watched calls made from user code while one step runs (``warm_step``, a step already run, or a fresh
+    one run once first), then those found in the source."""
     from advisor.workload.step import make_step, run_user_step
 
-    step = make_step(target, *target.fresh())
-    run_user_step("calls", target, step)  # the first step pays lazy initialisation: not the steady state
+    step = warm_step
+    if step is None:
+        step = make_step(target, *target.fresh())
+        run_user_step("calls", target, step)  # the first step pays lazy initialisation: not the steady state
     with CallWatcher() as watcher:
         run_user_step("calls", target, step)
     return watcher.sites(target.path)

@@ -30,6 +30,7 @@ def record_trace(
     steps: int = 3,
     warmup: int = 2,
     annotate: bool = True,
+    unlabelled: int = 2,
 ) -> None:
     for _ in range(warmup):
         step()
@@ -39,9 +40,9 @@ def record_trace(
     # Python frames only where no annotation names the lines: the parser reads them in no annotated trace, and
     # beside the annotator they made kernel_storm's 5 profiled steps take 13 s instead of 1 (trace 15x larger)
     with profile(activities=activities, record_shapes=True, with_stack=not annotate) as prof:
-        # The profiler slows its first steps (up to 15x seen); they stay unlabelled, so they
-        # belong to no ProfilerStep and enter no per-step figure.
-        for _ in range(2):
+        # The profiler slows its first steps (up to 15x seen on short steps: a fixed cost of its own); they stay
+        # unlabelled, so they belong to no ProfilerStep and enter no per-step figure.
+        for _ in range(unlabelled):
             step()
             release_free_heap()  # between steps, in no step's range: see workload/heap.py
         if annotate:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import traceback
-from typing import Callable
+from typing import Any, Callable
 
 from advisor.errors import AuditError, StageError
 from advisor.sandbox.registry import StagePlan, stage
@@ -20,14 +20,31 @@ CAPTURE = StagePlan(modules=("advisor.capture.stages",),
                     stages=("load", "env", "timing", "calls", "trace", "data", "flops", "graph", "routing"))
 UNTIMED_FROM = "graph"
 PROFILE_STEPS = 5
-# A long step is profiled over fewer steps: its ops repeat the same way each step, and the profiler's events and
-# their export grow with every step recorded (a 32-layer GPT's 0.3 s step: 83 MB of the stage's peak a step).
-LONG_STEP_PROFILE_STEPS, LONG_STEP_MS = 3, 150.0
+UNLABELLED_STEPS = 2  # profiled before the labelled ones, for the profiler's own first-step cost (capture/profile.py)
+# A long step is profiled over fewer steps: its ops repeat the same way each step, the profiler's events and their
+# export and parse grow with every step recorded (a 32-layer GPT's 0.3 s step: 83 MB of the stage's peak a step),
+# and the profiler's fixed first-step cost is a small part of it.
+LONG_STEP_PROFILE_STEPS, LONG_STEP_UNLABELLED, LONG_STEP_MS = 3, 1, 150.0
 
 
-def profiled_steps(step_ms: float | None) -> int:
-    """How many steps the trace records: PROFILE_STEPS, or fewer for a step the timing found long."""
-    return LONG_STEP_PROFILE_STEPS if step_ms is not None and step_ms >= LONG_STEP_MS else PROFILE_STEPS
+def profiled_steps(step_ms: float | None) -> tuple[int, int]:
+    """(labelled, unlabelled) steps the trace records: fewer of each for a step the timing found long."""
+    if step_ms is not None and step_ms >= LONG_STEP_MS:
+        return LONG_STEP_PROFILE_STEPS, LONG_STEP_UNLABELLED
+    return PROFILE_STEPS, UNLABELLED_STEPS
+
+
+def warm_step(state: dict) -> Callable[[], Any]:
+    """The step the timing stage warmed up (its last window's copy of the model), which the stages after it that
+    run the step once or a few times share (calls, trace, FLOPs): a fresh copy's first steps are its slowest (its
+    gradients and optimizer state allocated, its pages faulted in), and those stages looked for the steady state.
+    A fresh copy where the timing made none."""
+    from advisor.workload.step import make_step
+
+    if (step := state.get("warm_step")) is not None:
+        return step
+    target = state["target"]
+    return make_step(target, *target.fresh())
 
 
 @stage("load")
@@ -65,7 +82,9 @@ def _timing(state: dict, progress: Callable[[str], None]) -> str:
     run_user_step("timing", target, first[0])  # a failing step: reported at the user's line
 
     def next_step():  # the step just run opens the first window (its first, slowest step is behind it)
-        return first.pop() if first else make_step(target, *target.fresh())
+        state.pop("warm_step", None)  # the last window's copy goes before the next is made
+        state["warm_step"] = first.pop() if first else make_step(target, *target.fresh())
+        return state["warm_step"]  # kept warm for the stages after (warm_step)
 
     def time_once():
         return time_steps(next_step, target.device, warmup=spec.get("warmup", 3),
@@ -79,7 +98,7 @@ def _timing(state: dict, progress: Callable[[str], None]) -> str:
 @stage("trace", runs_the_step=True)
 def _trace(state: dict, progress: Callable[[str], None]) -> str | None:
     from advisor.capture.profile import record_trace
-    from advisor.workload.step import make_step, run_user_step
+    from advisor.workload.step import run_user_step
 
     if state.get("step_profiles_itself"):
         state["skip_reason"] = ("the step starts its own profiler (see debug-apis); profilers cannot nest, so "
@@ -88,14 +107,16 @@ def _trace(state: dict, progress: Callable[[str], None]) -> str | None:
     target = state["target"]
     spec = state["spec"]
     path = spec["trace_path"]
-    step = make_step(target, *target.fresh())
-    run_user_step("trace", target, step)  # the first of the warm-up steps
-    steps = spec.get("profile_steps") or profiled_steps(state.get("step_ms"))
+    step = warm_step(state)
+    run_user_step("trace", target, step)  # the warm-up: a step's pages come back after the last stage's were freed
+    steps, unlabelled = profiled_steps(state.get("step_ms"))
+    steps = spec.get("profile_steps") or steps
+    warmup = 0 if "warm_step" in state else 1  # a fresh copy's first step is not yet the steady state
     try:
-        record_trace(step, target.device, path, steps=steps, warmup=1)
+        record_trace(step, target.device, path, steps=steps, warmup=warmup, unlabelled=unlabelled)
     except Exception:  # noqa: BLE001 - the source annotator is ours; retry plainly
         progress("source annotation failed; profiling without it")
-        record_trace(step, target.device, path, steps=steps, warmup=1, annotate=False)
+        record_trace(step, target.device, path, steps=steps, warmup=warmup, unlabelled=unlabelled, annotate=False)
     return json.dumps({"trace_path": path})
 
 
@@ -104,11 +125,10 @@ def _flops(state: dict, progress: Callable[[str], None]) -> str:
     import torch
 
     from advisor.capture.flops import count_flops
-    from advisor.workload.step import make_step
     from advisor.workload.target import call_model, call_user
 
     target = state["target"]
-    step = make_step(target, *target.fresh())
+    step = warm_step(state)
 
     def forward() -> None:  # only when counting the whole step fails: a copy of its own
         model, feed, _ = target.fresh()
@@ -125,6 +145,7 @@ def _graph(state: dict, progress: Callable[[str], None]) -> str:
     from advisor.capture.parts import capture_by_parts
 
     target = state["target"]
+    state.pop("warm_step", None)  # from here on each stage makes its own copy: the step's one goes
     model, feed, _ = target.fresh()
     try:
         capture = capture_graph(model, feed.inputs)
@@ -149,7 +170,7 @@ def _calls(state: dict, progress: Callable[[str], None]) -> str:
     from advisor.opnames import PROFILERS
 
     with watching_autocast() as seen:
-        sites = watch_step_calls(state["target"])
+        sites = watch_step_calls(state["target"], state.get("warm_step"))
     state["step_profiles_itself"] = any(site.runtime and site.api in PROFILERS for site in sites)
     return json.dumps({"sites": [site.model_dump() for site in sites], "autocast": step_autocast(seen)})
 

@@ -60,8 +60,8 @@ def parse_trace(path: str, only_ops: tuple[str, ...] | None = None) -> Trace:
 def _parse(path: str, only_ops: tuple[str, ...] | None = None) -> Trace:
     stream = EventStream(path)
     trace = Trace(path=path)
-    # (tid, ts, -dur, cat, name, args of an op that records its inputs, else None)
-    host_events: list[tuple[int, float, float, str, str, dict | None]] = []
+    # (tid, ts, -dur, cat, name, what an op that records its inputs keeps of its args (see below), else None)
+    host_events: list[tuple[int, float, float, str, str, tuple | None]] = []
     add_host, add_kernel, add_runtime = host_events.append, trace.kernels.append, trace.runtime.append
     names: dict[str, str] = {}  # one string per distinct name: a trace repeats a few hundred names
     shared = names.setdefault
@@ -107,7 +107,12 @@ def _parse(path: str, only_ops: tuple[str, ...] | None = None) -> Trace:
                 if only_ops is not None and (cat == "python_function" or cat == "cpu_op" and not name.startswith(only_ops)):
                     continue
                 args = get("args") if cat == "cpu_op" else None
-                add_host((tid, ts, -dur, cat, name, args if args and "Input Dims" in args else None))
+                # what the ops keep of their args, taken now: the args dicts of every op at once were a third of
+                # a trace's peak (a dict of a dozen members against a tuple of the six read)
+                add_host((tid, ts, -dur, cat, name, (
+                    args["Input Dims"], args.get("Input type"), args.get("Input Strides"), args.get("Concrete Inputs"),
+                    args.get("Sequence number"), args.get("Fwd thread id"),
+                ) if args and "Input Dims" in args else None))
             elif cat == "cuda_runtime" or cat == "cuda_driver":  # the most numerous device-side events
                 correlation = (get("args") or _NO_ARGS).get("correlation")
                 name = get("name") or ""
@@ -161,7 +166,7 @@ def _device_event(cat: str, name: str, ts: float, dur: float, args: dict) -> Dev
     return event
 
 
-def _nest_host_events(trace: Trace, host_events: list[tuple[int, float, float, str, str, dict | None]]) -> None:
+def _nest_host_events(trace: Trace, host_events: list[tuple[int, float, float, str, str, tuple | None]]) -> None:
     """Walk each thread's events in time order with a stack: parents, self times, sources, steps.
 
     Events are (tid, ts, -dur, ...): sorted by thread, start, and longest first, so a parent
@@ -223,13 +228,13 @@ def _nest_host_events(trace: Trace, host_events: list[tuple[int, float, float, s
             if loading:
                 op.loading = True
             if inputs is not None:
-                op.input_dims = inputs["Input Dims"] or ()
-                op.input_types = inputs.get("Input type") or ()
-                op.input_strides = inputs.get("Input Strides") or ()
-                op.concrete_inputs = inputs.get("Concrete Inputs") or ()
-                sequence = inputs.get("Sequence number")
+                dims, types, strides, concrete, sequence, forward_thread = inputs
+                op.input_dims = dims or ()
+                op.input_types = types or ()
+                op.input_strides = strides or ()
+                op.concrete_inputs = concrete or ()
                 if sequence is not None:
-                    if inputs.get("Fwd thread id"):  # a backward node: what it runs undoes its forward's work
+                    if forward_thread:  # a backward node: what it runs undoes its forward's work
                         backward_nodes.append((index, sequence))
                     elif op.src is not None and op.src.exact:
                         forward_sources.setdefault(sequence, op.src)
