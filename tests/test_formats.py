@@ -230,6 +230,19 @@ def test_the_diff_gate_decides_from_the_runs_own_spread():
     assert diff_reports(steady_old, steady_new).step.verdict == "unchanged"
 
 
+def test_a_remeasure_whose_interval_reaches_zero_is_measured_and_inconclusive_not_unmeasured():
+    # two noisy pairs of whole runs: the speedup's interval [0, 11785] (clamped at 0) was called "not measured"
+    from advisor.commands.remeasure import RemeasureResult
+    wide = RemeasureResult(Verification(status="inconclusive", speedup=0.70, ci_low=0.0, ci_high=11785.0, samples=2,
+                                        baseline_ms=100.0, candidate_ms=142.0, timed="runs", note="timing only"), 0.05)
+    assert wide.change.verdict == "within noise" and wide.exit_code == 0
+    assert "remeasured step time: 100 ms -> 142 ms" in wide.text and "of whole runs" in wide.text
+    slower = RemeasureResult(wide.measured.model_copy(update={"ci_low": 0.5, "ci_high": 0.8}), 0.05)
+    assert slower.change.verdict == "slower" and slower.exit_code == 1
+    unmeasured = RemeasureResult(Verification(status="skipped", note="no window"), 0.05)
+    assert unmeasured.change is None and unmeasured.exit_code == 2 and "not measured" in unmeasured.text
+
+
 def _windowed(median: float, noise: float, seed: int) -> Report:
     """A quiet run as the timing stage records one: 12 samples in three windows whose medians differ by ``noise``."""
     report = _report(median)

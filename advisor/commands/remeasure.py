@@ -9,6 +9,7 @@ diff's: the ratio NEW/OLD with its 95% interval against the threshold."""
 from __future__ import annotations
 
 import ast
+import math
 import os
 from dataclasses import dataclass
 from typing import Callable
@@ -44,9 +45,10 @@ class RemeasureResult:
     def change(self) -> Change | None:
         """NEW's step over OLD's (the inverse of the A/B's speedup), judged as the diff judges a step."""
         m = self.measured
-        if m.speedup is None or not m.ci_low or not m.ci_high:
+        if not m.speedup or m.ci_low is None or not m.ci_high:
             return None
-        return Change(1 / m.speedup, 1 / m.ci_high, 1 / m.ci_low, self.threshold)
+        # a low end of 0 is a measured interval too wide to bound the slowdown (a few noisy pairs), not "not measured"
+        return Change(1 / m.speedup, 1 / m.ci_high, 1 / m.ci_low if m.ci_low > 0 else math.inf, self.threshold)
 
     @property
     def exit_code(self) -> int:
