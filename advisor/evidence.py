@@ -8,13 +8,12 @@ when its stage failed or did not apply; rules must check before reading.
 from __future__ import annotations
 
 import linecache
-import statistics
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from advisor.machine.state import MeasurementConditions
 from advisor.records import Field, Record
-from advisor.stats import percentile
+from advisor.stats import fmean, median, percentile
 from advisor.trace.parse import Trace
 from advisor.trace.ranks import RankTrace
 
@@ -155,11 +154,12 @@ class Timing(Record):
 
     @classmethod
     def of_samples(cls, samples_ms: list[float], timer: str, warmup: int) -> Timing:
-        mean = statistics.fmean(samples_ms)
+        import statistics  # here: analyze reads no timing (advisor/stats.py's median says why)
+        mean = fmean(samples_ms)
         spread = statistics.pstdev(samples_ms) if len(samples_ms) > 1 else 0.0
         return cls(
             timer=timer, warmup_steps=warmup, samples_ms=samples_ms,
-            median_ms=statistics.median(samples_ms), p25_ms=percentile(samples_ms, 25),
+            median_ms=median(samples_ms), p25_ms=percentile(samples_ms, 25),
             p75_ms=percentile(samples_ms, 75), min_ms=min(samples_ms), cv=spread / mean if mean > 0 else 0.0,
         )
 

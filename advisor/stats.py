@@ -9,12 +9,32 @@ samples (two runs compared by ``advisor diff``).
 from __future__ import annotations
 
 import math
-import random
-import statistics
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Sequence
+
+if TYPE_CHECKING:
+    import random
 
 RESAMPLES = 2000
 CONFIDENCE = 0.95
+
+
+def median(values: Iterable[float]) -> float:
+    """The median, as ``statistics.median`` computes it. Here, and ``fmean`` below, because the statistics module
+    imports fractions, decimal and random: 1 MB of a 29 MB ``advisor analyze``, which needs only these two."""
+    ordered = sorted(values)
+    count = len(ordered)
+    if not count:
+        raise ValueError("no median of no values")
+    middle = count // 2
+    return ordered[middle] if count % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
+def fmean(values: Iterable[float]) -> float:
+    """The mean, as ``statistics.fmean`` computes it (an exactly rounded sum over the count)."""
+    values = values if isinstance(values, Sequence) else list(values)
+    if not values:
+        raise ValueError("no mean of no values")
+    return math.fsum(values) / len(values)
 
 
 def percentile(samples: Sequence[float], q: float) -> float:
@@ -32,8 +52,8 @@ def median_half_width(samples: Sequence[float]) -> float:
     """The median's ~95% interval half-width over the median (1.57 IQR / sqrt(n), McGill et al.)."""
     if len(samples) < 4:
         return float("inf")
-    median = statistics.median(samples)
-    return median_uncertainty(samples) / median if median > 0 else float("inf")
+    middle = median(samples)
+    return median_uncertainty(samples) / middle if middle > 0 else float("inf")
 
 
 def median_uncertainty(samples: Sequence[float]) -> float:
@@ -47,6 +67,8 @@ def median_uncertainty(samples: Sequence[float]) -> float:
 def bootstrap(estimate: Callable[[random.Random], float], resamples: int = RESAMPLES,
               confidence: float = CONFIDENCE, seed: int = 0) -> tuple[float, float]:
     """The ``confidence`` interval of ``estimate(rng)``, a statistic of one resampling drawn with ``rng``."""
+    import random
+
     rng = random.Random(seed)
     estimates = sorted(estimate(rng) for _ in range(resamples))
     tail = (1 - confidence) / 2
@@ -61,11 +83,11 @@ def statistic_interval(samples: Sequence[float], statistic: Callable[[Sequence[f
 
 def median_interval(values: Sequence[float], resamples: int = RESAMPLES) -> tuple[float, float]:
     """The interval of the median of ``values`` (paired ratios of an A/B comparison)."""
-    return statistic_interval(values, statistics.median, resamples)
+    return statistic_interval(values, median, resamples)
 
 
 def ratio_interval(old: Sequence[float], new: Sequence[float],
-                   statistic: Callable[[Sequence[float]], float] = statistics.median,
+                   statistic: Callable[[Sequence[float]], float] = median,
                    resamples: int = RESAMPLES) -> tuple[float, float]:
     """The interval of statistic(new) / statistic(old), each set resampled on its own (two independent runs)."""
     return bootstrap(lambda rng: statistic(rng.choices(new, k=len(new))) /
@@ -91,9 +113,11 @@ def ratio_median_interval(ratios: Sequence[float], resamples: int = RESAMPLES) -
     if len(ratios) < 2 or min(ratios) <= 0:
         return 0.0, float("inf")
     low, high = median_interval(ratios, resamples)
+    import statistics
+
     logs = [math.log(r) for r in ratios]
     half = t_quantile(len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
-    centre = statistics.fmean(logs)
+    centre = fmean(logs)
     return min(low, math.exp(centre - half)), max(high, math.exp(centre + half))
 
 
@@ -102,7 +126,9 @@ def relative_spread(values: Sequence[float]) -> float | None:
     None from fewer than two values."""
     if len(values) < 2:
         return None
-    mean = statistics.fmean(values)
+    import statistics
+
+    mean = fmean(values)
     return round(statistics.stdev(values) / mean, 5) if mean > 0 else None
 
 

@@ -36,12 +36,11 @@ Example:
 from __future__ import annotations
 
 import os
-import statistics
 from typing import Iterator
 
 from advisor.evidence import Evidence, Margin
 from advisor.rulekit.rule import Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
-from advisor.stats import median_uncertainty
+from advisor.stats import fmean, median, median_uncertainty
 from advisor.trace.ranks import RankTrace
 
 
@@ -72,9 +71,9 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding | Margin]:
         return
     gaps = []  # per rank, per collective: its offset less the median offset of the other ranks
     for rank, mine in enumerate(offsets):
-        gaps.append([mine[k] - statistics.median(o[k] for j, o in enumerate(offsets) if j != rank) for k in keys])
-    lateness = [statistics.median(rank_gaps) for rank_gaps in gaps]
-    step_us = statistics.mean(rank.mean_step_us for rank in ev.ranks)
+        gaps.append([mine[k] - median(o[k] for j, o in enumerate(offsets) if j != rank) for k in keys])
+    lateness = [median(rank_gaps) for rank_gaps in gaps]
+    step_us = fmean(rank.mean_step_us for rank in ev.ranks)
     worst = max(range(len(lateness)), key=lambda r: lateness[r])
     late_us = lateness[worst]
     bar_us = max(th.min_late_ms * 1000, th.min_late_share * step_us)
@@ -109,12 +108,12 @@ def _slow_in(ev: Evidence, rank: int, th: Thresholds) -> str:
     if mine is None or not others:
         return ""
     parts = []
-    wait = statistics.median(r.data_wait_ms for r in others)
+    wait = median(r.data_wait_ms for r in others)
     if mine.data_wait_ms - wait > th.data_wait_share * mine.step_ms:
         parts.append(f"waiting for data ({mine.data_wait_ms:.3g} ms per step against {wait:.3g} ms)")
     if mine.comm_ms is not None and all(r.comm_ms is not None for r in others):
         busy = mine.step_ms - mine.comm_ms
-        usual = statistics.median(r.step_ms - r.comm_ms for r in others)
+        usual = median(r.step_ms - r.comm_ms for r in others)
         if busy - usual > th.busy_share * mine.step_ms:
             parts.append(f"work outside communication ({busy:.3g} ms per step against {usual:.3g} ms on the others: "
                          "compute, host syncs or per-batch work only it does)")
@@ -126,7 +125,7 @@ def _slow_place(slow: RankTrace, others: list[RankTrace], late_us: float, th: Th
     not, when that extra time is at least half its lateness."""
     if not slow.host_gaps or not all(r.host_gaps for r in others):
         return None
-    extra = {key: mine - statistics.median(r.host_gaps.get(key, 0.0) for r in others)
+    extra = {key: mine - median(r.host_gaps.get(key, 0.0) for r in others)
              for key, mine in slow.host_gaps.items()}
     key = max(extra, key=extra.get)
     if extra[key] < th.place_share * late_us:

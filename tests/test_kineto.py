@@ -180,3 +180,20 @@ def test_a_copy_the_backward_makes_is_placed_at_the_forward_line_it_differentiat
     assert copy.grad_of is not None and (copy.grad_of.file, copy.grad_of.line) == ("/u/model.py", 7)
     forward_only = next(o for o in trace.ops if o.name == "aten::mul")
     assert forward_only.grad_of is None and forward_only.src.line == 20  # the backward call's own op
+
+
+def test_an_op_keeps_input_slots_only_where_the_trace_recorded_shapes(tmp_path):
+    # HTA's traces and most recorded elsewhere have no shapes: their ops carry none of the six slots (48 bytes an op)
+    from advisor.trace.model import Op, ShapedOp
+
+    plain = parse_trace(str(shared_trace("critical_path/cuda_event_sync/event_sync_trace.json.gz")))
+    assert plain.ops and {type(op) for op in plain.ops} == {Op}
+    assert all(op.input_dims == () and op.sequence is None and not op.backward_node for op in plain.ops)
+    events = [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 1, "dur": 5, "tid": 1, "pid": 1,
+               "args": {"Input Dims": [[2, 3], [3, 4]], "Input type": ["float", "float"], "Sequence number": 7}},
+              {"ph": "X", "cat": "cpu_op", "name": "aten::empty", "ts": 10, "dur": 1, "tid": 1, "pid": 1}]
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps({"traceEvents": events}), encoding="utf-8")
+    shaped, bare = parse_trace(str(path)).ops
+    assert type(shaped) is ShapedOp and shaped.input_dims == [[2, 3], [3, 4]] and shaped.sequence == 7
+    assert type(bare) is Op and bare.input_dims == () and bare.input_types == ()

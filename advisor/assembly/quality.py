@@ -19,11 +19,10 @@ the shares of a step time the other stages contradict are marked unreliable.
 
 from __future__ import annotations
 
-import statistics
-
 from advisor.evidence import Evidence
 from advisor.machine.conditions import judge
 from advisor.report.schema import MeasurementQuality, Report
+from advisor.stats import fmean, median
 
 STAGES_DISAGREE = 1.5  # one stage's step this many times the other's: not the same conditions
 # Steps shorter than this vary with what ran just before them (the candidate interleaved with a baseline
@@ -71,7 +70,7 @@ def _stages_disagree(evidence: Evidence) -> str:
     timing, trace = evidence.timing, evidence.trace
     if timing is None or trace is None or not trace.steps or evidence.on_cuda or timing.median_ms <= 0:
         return ""
-    profiled_ms = statistics.median(step.dur for step in trace.steps) / 1000
+    profiled_ms = median(step.dur for step in trace.steps) / 1000
     if profiled_ms * STAGES_DISAGREE >= timing.median_ms:
         return ""
     return (f"the stages disagree: a profiled step took {profiled_ms:.3g} ms and a profiler-free one "
@@ -111,7 +110,7 @@ def note_disagreeing_baselines(report: Report, hardware_rules: set[str]) -> None
     timing = report.timing
     if timing is None or not timing.samples_ms or timing.median_ms < MIN_COMPARABLE_MS:
         return
-    comparable = {"step": timing.median_ms, "run": statistics.fmean(timing.samples_ms)}
+    comparable = {"step": timing.median_ms, "run": fmean(timing.samples_ms)}
     apart = []
     for finding in report.findings:
         v = finding.verification
@@ -135,7 +134,7 @@ def note_disagreeing_baselines(report: Report, hardware_rules: set[str]) -> None
 
 def _baselines_reason(timing, apart: list) -> tuple[str, bool]:
     slugs = ", ".join(slug for slug, _ in apart)
-    baseline_ms = statistics.median(v.baseline_ms for _, v in apart)
+    baseline_ms = median(v.baseline_ms for _, v in apart)
     busy_timing = judge(timing.conditions)
     busy_pairs = [slug for slug, v in apart if judge(v.conditions)]
     if busy_timing and not busy_pairs:

@@ -3,7 +3,6 @@ module)."""
 
 from __future__ import annotations
 
-import difflib
 import os
 import sys
 
@@ -129,6 +128,8 @@ def _refuse_an_option_as_command(command: tuple[str, ...]) -> None:
     command's first word; no command starts with a dash."""
     if not command[0].startswith("-"):
         return
+    import difflib
+
     known = [name for param in click.get_current_context().command.params for name in param.opts]
     close = difflib.get_close_matches(command[0].split("=")[0], known, n=1)
     fail(f"{command[0]}: not an option of advisor run{f' (did you mean {close[0]}?)' if close else ''}; advisor's "

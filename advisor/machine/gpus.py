@@ -14,10 +14,7 @@ apart: in a container's PID namespace the device lists host pids, and then none 
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 import sys
-import xml.etree.ElementTree as ElementTree
 
 from advisor.machine import procfs
 from advisor.machine.state import DeviceProcess, GpuState
@@ -51,6 +48,9 @@ def read_gpus(own_pids: set[int], unreadable: list[str]) -> list[GpuState]:
     except Exception as failure:  # noqa: BLE001 - NVML raises its own NVMLError per missing feature or driver
         unreadable.append(f"GPU state: NVML failed ({type(failure).__name__}: {failure})")
         return []
+    import shutil  # here: only a CUDA run reads nvidia-smi, and analyze's start-up pays for every import
+    import subprocess
+
     smi = shutil.which("nvidia-smi")
     if smi is None:
         unreadable.append("GPU state: not readable here (pynvml is not installed and nvidia-smi is not on PATH)")
@@ -65,6 +65,8 @@ def read_gpus(own_pids: set[int], unreadable: list[str]) -> list[GpuState]:
 
 def parse_nvidia_smi_xml(text: str, own_pids: set[int], uuids: set[str], unreadable: list[str]) -> list[GpuState]:
     """The GPUs in an ``nvidia-smi -q -x`` log that the job uses (by pid, else by torch's UUIDs)."""
+    import xml.etree.ElementTree as ElementTree
+
     try:
         root = ElementTree.fromstring(text)
     except ElementTree.ParseError as failure:

@@ -20,8 +20,10 @@ one rank's trace each.
 from __future__ import annotations
 
 import contextlib
-from concurrent.futures import Executor
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
+
+if TYPE_CHECKING:
+    from concurrent.futures import Executor
 
 CONNECT_TIMEOUT_S = 30
 

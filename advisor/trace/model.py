@@ -6,9 +6,10 @@ Built by ``advisor.trace.parse.parse_trace``; rules read it. Times are microseco
 from __future__ import annotations
 
 import bisect
-import statistics
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import ClassVar, Iterable
+
+from advisor.stats import median
 
 
 @dataclass(slots=True)
@@ -32,12 +33,28 @@ class Op:
     index: int = -1  # its own position in Trace.ops
     src: SourceRef | None = None
     call: int | None = None  # index into Trace.calls of the annotated user call that ran it
+    loading: bool = False  # run by a DataLoader producing a batch (inside its enumerate(DataLoader) range)
+    grad_of: SourceRef | None = None  # run by a backward node: the user's line of the forward op it differentiates
+    # What a trace recorded with shapes adds, read as an op's: a ShapedOp holds them, any other op has none. Kept
+    # off the ops of traces without shapes (HTA's, most recorded elsewhere): 6 slots, 48 bytes an op.
+    input_dims: ClassVar[list | tuple] = ()
+    input_types: ClassVar[list | tuple] = ()
+    input_strides: ClassVar[list | tuple] = ()
+    concrete_inputs: ClassVar[list | tuple] = ()  # scalar arguments as text ("False", "[1, 2]")
+    sequence: ClassVar[int | None] = None  # autograd's sequence number: a forward op and its backward node share it
+    backward_node: ClassVar[bool] = False  # run by autograd's engine for a backward node
+
+
+@dataclass(slots=True)
+class ShapedOp(Op):
+    """An op of a trace recorded with shapes (``record_shapes``): its inputs, and autograd's link to its forward."""
+
     input_dims: list | tuple = ()
     input_types: list | tuple = ()
     input_strides: list | tuple = ()
-    concrete_inputs: list | tuple = ()  # scalar arguments as text ("False", "[1, 2]")
-    loading: bool = False  # run by a DataLoader producing a batch (inside its enumerate(DataLoader) range)
-    grad_of: SourceRef | None = None  # run by a backward node: the user's line of the forward op it differentiates
+    concrete_inputs: list | tuple = ()
+    sequence: int | None = None
+    backward_node: bool = False
 
 
 @dataclass(slots=True)
@@ -133,7 +150,7 @@ class Trace:
         for item in items:
             if item.step is not None:
                 totals[item.step] += item.dur
-        return statistics.median(totals)
+        return median(totals)
 
     def median_span_per_step(self, spans: Iterable[Span]) -> float:
         """Like ``median_per_step`` for ranges that carry no step: each counts in the step it starts in."""
@@ -145,7 +162,7 @@ class Trace:
             index = bisect.bisect_right(starts, span.ts) - 1
             if index >= 0 and span.ts < self.steps[index].end:
                 totals[index] += span.dur
-        return statistics.median(totals)
+        return median(totals)
 
     def gpu_gaps(self, span: Span) -> tuple[float, list[tuple[float, float, DeviceEvent | None]]]:
         """GPU busy µs within ``span`` and its idle gaps (start, end, the activity that ended each gap).

@@ -12,11 +12,12 @@ from __future__ import annotations
 import bisect
 import operator
 import os
+from dataclasses import dataclass
 from typing import Any
 
 from advisor.sources import is_library_path
 from advisor.trace.gc_pause import gc_paused
-from advisor.trace.model import DeviceEvent, Op, SourceCall, SourceRef, Span, Trace
+from advisor.trace.model import DeviceEvent, Op, ShapedOp, SourceCall, SourceRef, Span, Trace
 from advisor.trace.stream import EventStream, TraceFormatError
 
 __all__ = ["DeviceEvent", "Op", "SourceCall", "SourceRef", "Span", "Trace", "TraceFormatError", "parse_trace",
@@ -60,8 +61,9 @@ def parse_trace(path: str, only_ops: tuple[str, ...] | None = None) -> Trace:
 def _parse(path: str, only_ops: tuple[str, ...] | None = None) -> Trace:
     stream = EventStream(path)
     trace = Trace(path=path)
-    # (tid, ts, -dur, cat, name, what an op that records its inputs keeps of its args (see below), else None)
-    host_events: list[tuple[int, float, float, str, str, tuple | None]] = []
+    # the host events in the order read: each CPU op built as it is read (an Op, what the trace keeps), the
+    # other ranges as HostRanges; the ops' nesting, steps and sources are filled in once all are sorted
+    host_events: list[Op | HostRange] = []  # Op or ShapedOp
     add_host, add_kernel, add_runtime = host_events.append, trace.kernels.append, trace.runtime.append
     names: dict[str, str] = {}  # one string per distinct name: a trace repeats a few hundred names
     shared = names.setdefault
@@ -106,13 +108,18 @@ def _parse(path: str, only_ops: tuple[str, ...] | None = None) -> Trace:
                         continue
                 if only_ops is not None and (cat == "python_function" or cat == "cpu_op" and not name.startswith(only_ops)):
                     continue
-                args = get("args") if cat == "cpu_op" else None
+                if cat != "cpu_op":
+                    add_host(HostRange(tid, ts, dur, cat, name))
+                    continue
+                args = get("args")
                 # what the ops keep of their args, taken now: the args dicts of every op at once were a third of
-                # a trace's peak (a dict of a dozen members against a tuple of the six read)
-                add_host((tid, ts, -dur, cat, name, (
-                    args["Input Dims"], args.get("Input type"), args.get("Input Strides"), args.get("Concrete Inputs"),
-                    args.get("Sequence number"), args.get("Fwd thread id"),
-                ) if args and "Input Dims" in args else None))
+                # a trace's peak (a dict of a dozen members against the six values read)
+                add_host(ShapedOp(name, ts, dur, tid, dur, input_dims=args["Input Dims"] or (),
+                                  input_types=args.get("Input type") or (),
+                                  input_strides=args.get("Input Strides") or (),
+                                  concrete_inputs=args.get("Concrete Inputs") or (),
+                                  sequence=args.get("Sequence number"), backward_node=bool(args.get("Fwd thread id")))
+                         if args and "Input Dims" in args else Op(name, ts, dur, tid, dur))
             elif cat == "cuda_runtime" or cat == "cuda_driver":  # the most numerous device-side events
                 correlation = (get("args") or _NO_ARGS).get("correlation")
                 name = get("name") or ""
@@ -166,10 +173,10 @@ def _device_event(cat: str, name: str, ts: float, dur: float, args: dict) -> Dev
     return event
 
 
-def _nest_host_events(trace: Trace, host_events: list[tuple[int, float, float, str, str, tuple | None]]) -> None:
+def _nest_host_events(trace: Trace, host_events: list[Op | HostRange]) -> None:
     """Walk each thread's events in time order with a stack: parents, self times, sources, steps.
 
-    Events are (tid, ts, -dur, ...): sorted by thread, start, and longest first, so a parent
+    Events are sorted by thread, start, and longest first, so a parent
     comes before the ops it encloses. That is also the order of the per-thread op index that
     ``Trace.enclosing_op`` searches, which is built here on the way (as is ``Trace.children``'s). Each stack entry carries
     what an op inside it inherits (its depth and parent, the innermost annotated call, the
@@ -177,7 +184,11 @@ def _nest_host_events(trace: Trace, host_events: list[tuple[int, float, float, s
     top entry. Each thread's events meet the (sorted) steps in time order too: a step cursor
     gives each op and call its step.
     """
-    host_events.sort(key=_HOST_ORDER)
+    # three stable sorts on one member each, the last deciding first: the keys are the events' own numbers, where
+    # one sort on (tid, ts, -dur) made a key tuple and a negated float per event at once
+    host_events.sort(key=_DURATION, reverse=True)  # reverse=True keeps equal durations in their order too
+    host_events.sort(key=_START)
+    host_events.sort(key=_THREAD)
     # (end, ops enclosing, innermost enclosing op, innermost call, innermost user frame, loading)
     stack: list[tuple[float, int, int | None, int | None, SourceRef | None, bool]] = []
     outside = (0.0, 0, None, None, None, False)
@@ -197,7 +208,8 @@ def _nest_host_events(trace: Trace, host_events: list[tuple[int, float, float, s
     step_ends = [step.end for step in trace.steps]
     last_step = len(step_starts) - 1
     step = -1  # the last step starting at or before the event (-1: none yet)
-    for tid, ts, negative_dur, cat, name, inputs in host_events:
+    for event in host_events:
+        tid, ts, dur = event.tid, event.ts, event.dur
         if tid != current_tid:
             stack.clear()
             current_tid = tid
@@ -208,13 +220,13 @@ def _nest_host_events(trace: Trace, host_events: list[tuple[int, float, float, s
         while stack and stack[-1][0] <= ts:
             stack.pop()
         _, depth, parent, call, frame, loading = stack[-1] if stack else outside
-        end = ts - negative_dur
-        if cat == "cpu_op":
-            index = len(ops)
-            op = Op(name, ts, -negative_dur, tid, -negative_dur, step if step >= 0 and ts <= step_ends[step] else None,
-                    depth, parent, index)
+        end = ts + dur
+        if event.__class__ is not HostRange:  # an Op or a ShapedOp
+            op, index = event, len(ops)
+            op.step = step if step >= 0 and ts <= step_ends[step] else None
+            op.depth, op.parent, op.index = depth, parent, index
             if parent is not None:
-                ops[parent].self_dur += negative_dur
+                ops[parent].self_dur -= dur
                 if parent in children:
                     children[parent].append(index)
                 else:
@@ -227,24 +239,20 @@ def _nest_host_events(trace: Trace, host_events: list[tuple[int, float, float, s
                 op.src = frame
             if loading:
                 op.loading = True
-            if inputs is not None:
-                dims, types, strides, concrete, sequence, forward_thread = inputs
-                op.input_dims = dims or ()
-                op.input_types = types or ()
-                op.input_strides = strides or ()
-                op.concrete_inputs = concrete or ()
-                if sequence is not None:
-                    if forward_thread:  # a backward node: what it runs undoes its forward's work
-                        backward_nodes.append((index, sequence))
-                    elif op.src is not None and op.src.exact:
-                        forward_sources.setdefault(sequence, op.src)
+            if (sequence := op.sequence) is not None:
+                if op.backward_node:  # what it runs undoes its forward's work
+                    backward_nodes.append((index, sequence))
+                elif op.src is not None and op.src.exact:
+                    forward_sources.setdefault(sequence, op.src)
             ops.append(op)
             starts.append(ts)
             thread_ops.append(op)
             stack.append((end, depth + 1, index, call, frame, loading))
-        elif cat == "user_annotation":
+            continue
+        cat, name = event.cat, event.name
+        if cat == "user_annotation":
             if name.startswith(SOURCE_ANNOTATION):
-                source_call = _parse_source_annotation(name, ts, -negative_dur, tid)
+                source_call = _parse_source_annotation(name, ts, dur, tid)
                 if source_call is not None:
                     source_call.step = step if step >= 0 and ts <= step_ends[step] else None
                     calls.append(source_call)
@@ -279,7 +287,19 @@ def _attribute_backward(ops: list[Op], children: dict[int, list[int]], backward_
             pending.extend(children.get(current, ()))
 
 
-_HOST_ORDER = operator.itemgetter(0, 1, 2)
+@dataclass(slots=True)
+class HostRange:
+    """A host range other than a CPU op (an annotation, a Python frame) while the host events are sorted and nested:
+    the sort's keys have an Op's names."""
+
+    tid: int
+    ts: float
+    dur: float
+    cat: str
+    name: str
+
+
+_THREAD, _START, _DURATION = operator.attrgetter("tid"), operator.attrgetter("ts"), operator.attrgetter("dur")
 
 
 def _parse_source_annotation(name: str, ts: float, dur: float, tid: int) -> SourceCall | None:
