@@ -20,7 +20,7 @@ from advisor.trace.gc_pause import gc_paused
 from advisor.trace.model import DeviceEvent, Op, ShapedOp, SourceCall, SourceRef, Span, Trace
 from advisor.trace.stream import EventStream, TraceFormatError
 
-__all__ = ["DeviceEvent", "Op", "SourceCall", "SourceRef", "Span", "Trace", "TraceFormatError", "parse_trace",
+__all__ = ["DeviceEvent", "Op", "ShapedOp", "SourceCall", "SourceRef", "Span", "Trace", "TraceFormatError", "parse_trace",
            "SOURCE_ANNOTATION", "HOST_READ", "ANNOTATED_MARKER", "STEP_PREFIX", "OPTIMIZER_STEP_PREFIX",
            "SYNC_RUNTIME_CALLS"]
 
@@ -63,7 +63,7 @@ def _parse(path: str, only_ops: tuple[str, ...] | None = None) -> Trace:
     trace = Trace(path=path)
     # the host events in the order read: each CPU op built as it is read (an Op, what the trace keeps), the
     # other ranges as HostRanges; the ops' nesting, steps and sources are filled in once all are sorted
-    host_events: list[Op | HostRange] = []  # Op or ShapedOp
+    host_events: list[Op | HostRange] = []
     add_host, add_kernel, add_runtime = host_events.append, trace.kernels.append, trace.runtime.append
     names: dict[str, str] = {}  # one string per distinct name: a trace repeats a few hundred names
     shared = names.setdefault
