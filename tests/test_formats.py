@@ -237,6 +237,7 @@ def test_a_remeasure_whose_interval_reaches_zero_is_measured_and_inconclusive_no
                                         baseline_ms=100.0, candidate_ms=142.0, timed="runs", note="timing only"), 0.05)
     assert wide.change.verdict == "within noise" and wide.exit_code == 0
     assert "remeasured step time: 100 ms -> 142 ms" in wide.text and "of whole runs" in wide.text
+    assert "unbounded]: within noise (too few samples to bound it)" in wide.text and "inf" not in wide.text
     slower = RemeasureResult(wide.measured.model_copy(update={"ci_low": 0.5, "ci_high": 0.8}), 0.05)
     assert slower.change.verdict == "slower" and slower.exit_code == 1
     unmeasured = RemeasureResult(Verification(status="skipped", note="no window"), 0.05)

@@ -11,6 +11,7 @@ is "unreliable", not added or resolved.
 
 from __future__ import annotations
 
+import math
 import os
 import statistics
 from dataclasses import dataclass, field
@@ -264,6 +265,8 @@ def said(change: Change) -> str:
     if not change.judged:
         verdict = "REGRESSION" if change.ratio - 1 > change.threshold else "not judged (fewer than 5 samples)"
         return f"{change.ratio - 1:+.1%}: {verdict}"
+    if change.verdict == "within noise" and math.isinf(change.ci_high):  # a few noisy pairs bound no slowdown
+        return f"{change.ratio - 1:+.1%} [{change.ci_low - 1:+.1%}, unbounded]: within noise (too few samples to bound it)"
     verdict = {"slower": "REGRESSION", "faster": "faster", "unchanged": "within threshold",
                "within noise": f"within noise (±{change.half_width:.1%}"
                                + (f", ±{change.noise:.1%} of it run-to-run)" if change.noise else ")")}[change.verdict]
