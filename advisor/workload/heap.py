@@ -9,9 +9,9 @@ was the profiler's own events (12 MB a step), the stage's peak fell from 2.2 to 
 ran 10-20% faster (fewer fresh pages to fault in and zero). Between stages it keeps one stage's leftovers from
 raising the next one's peak. ``malloc_trim`` gives back the free pages inside the heap, not only at its top.
 
-Between profiled steps it is done only after a step that grew the process (``HeapGrowthGuard``): handing the heap back makes
-the next step fault its pages in again, which a step that reuses its heap (the steady state of a training loop)
-never does. Trimming after every step doubled the layout copies' time in small models' traces (manual_attention:
+Between profiled steps it is done only after a step that grew the process (``HeapGrowthGuard``): handing the
+heap back makes the next step fault its pages in again, which a step that reuses its heap (the steady state of a
+training loop) never does. Trimming after every step doubled the layout copies' time in small models' traces (manual_attention:
 0.5 -> 1.0 ms a step), since a copy writes a fresh output; a step that grew the process was paying those faults
 already.
 """
