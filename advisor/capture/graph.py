@@ -28,7 +28,25 @@ def capture_graph(model: torch.nn.Module, inputs: Any) -> GraphCapture:
 
 
 def capture_call(model: torch.nn.Module, args: tuple, kwargs: dict[str, Any]) -> GraphCapture:
-    """Trace ``model(*args, **kwargs)``; raise when Dynamo fails or captures nothing."""
+    """Trace ``model(*args, **kwargs)``; raise when Dynamo fails or captures nothing. Runs of identical blocks are
+    traced twice each and copied for the rest, where the capture shows that this gives the same graph
+    (capture/repeats.py)."""
+    from advisor.capture.repeats import expand, find_runs, truncated
+
+    if runs := find_runs(model):
+        with truncated(model, runs):
+            try:
+                capture = _dynamo_capture(model, args, kwargs)
+            except Exception:  # noqa: BLE001 - a forward that needs every block (indexes them): capture it whole
+                capture = None
+        if capture is not None and capture.graph_count == 1 and not capture.breaks:
+            if (nodes := expand(capture.nodes, runs)) is not None:
+                capture.nodes = nodes
+                return capture
+    return _dynamo_capture(model, args, kwargs)
+
+
+def _dynamo_capture(model: torch.nn.Module, args: tuple, kwargs: dict[str, Any]) -> GraphCapture:
     import torch._dynamo as dynamo
 
     for name in ("torch._dynamo", "torch._inductor", "torch.fx.experimental.symbolic_shapes"):
