@@ -151,17 +151,17 @@ class Timing(Record):
     windows_cost_s: float = Field(default=0.0, description="what the windows after the first cost: their warm-ups")
     run_noise: float | None = Field(default=None, description="the windows' medians' relative standard deviation: "
                                                               "run-to-run noise; None: fewer than two windows")
+    settled_after: int = Field(default=0, description="steps taken as warm-up while still getting faster (settling)")
+    unsettled_ms: float | None = Field(default=None, description="the first window's median, while it fell")
+    still_falling: bool = Field(default=False, description="still getting faster when the settling's time ran out")
 
     @classmethod
     def of_samples(cls, samples_ms: list[float], timer: str, warmup: int) -> Timing:
         import statistics  # here: analyze reads no timing (advisor/stats.py's median says why)
-        mean = fmean(samples_ms)
-        spread = statistics.pstdev(samples_ms) if len(samples_ms) > 1 else 0.0
-        return cls(
-            timer=timer, warmup_steps=warmup, samples_ms=samples_ms,
-            median_ms=median(samples_ms), p25_ms=percentile(samples_ms, 25),
-            p75_ms=percentile(samples_ms, 75), min_ms=min(samples_ms), cv=spread / mean if mean > 0 else 0.0,
-        )
+        mean, spread = fmean(samples_ms), statistics.pstdev(samples_ms) if len(samples_ms) > 1 else 0.0
+        return cls(timer=timer, warmup_steps=warmup, samples_ms=samples_ms, median_ms=median(samples_ms),
+                   p25_ms=percentile(samples_ms, 25), p75_ms=percentile(samples_ms, 75), min_ms=min(samples_ms),
+                   cv=spread / mean if mean > 0 else 0.0)
 
     @property
     def iqr_ms(self) -> float:

@@ -151,6 +151,17 @@ def widened(value: float, low: float, high: float, half_width: float) -> tuple[f
     return math.exp(centre - half), math.exp(centre + half)
 
 
+def settling_said(timing) -> str:
+    """What the timing took as warm-up because the step was still getting faster (workload/settling.py), as the
+    reports state it; empty when it took none."""
+    if not getattr(timing, "settled_after", 0):
+        return ""
+    said = f"timed after {timing.settled_after} more steps that were still getting faster"
+    if timing.unsettled_ms is not None:
+        said += f" (median {timing.unsettled_ms:.3g} ms)"
+    return said + ("; still getting faster when its time ran out" if timing.still_falling else "")
+
+
 def run_noise_said(measured) -> str:
     """``measured``'s run-to-run noise as every report states it (a Timing, or a readiness LatencyRow: its
     windows' medians ``windows_ms`` and their spread ``run_noise``); empty when it measured none."""

@@ -25,7 +25,7 @@ import tempfile
 from whole_process import ROOT, compile_sources, measured
 
 sys.path.insert(0, ROOT)
-from advisor.capture.stages import LONG_STEP_PROFILE_STEPS, LONG_STEP_UNLABELLED, UNLABELLED_STEPS  # noqa: E402
+from advisor.capture.stages import profiled_steps  # noqa: E402
 
 BARE = """import sys, time
 sys.path.insert(0, {root!r})
@@ -46,9 +46,9 @@ DEFAULT_SAMPLES = "gpt_block,kernel_storm,missing_amp,non_contiguous,resnet_styl
 OTHER_STAGE_STEPS = 3
 
 
-def trace_extra_steps(steps_profiled: int) -> int:
-    long_step = steps_profiled == LONG_STEP_PROFILE_STEPS
-    return 1 + (LONG_STEP_UNLABELLED if long_step else UNLABELLED_STEPS) if steps_profiled else 0
+def trace_extra_steps(steps_profiled: int, step_ms: float | None) -> int:
+    """The trace stage's warm-up and its unlabelled steps, as capture/stages.py chose them for the timed step."""
+    return 1 + profiled_steps(step_ms)[1] if steps_profiled else 0
 
 
 def audit_command(model: str, out: str) -> list[str]:
@@ -59,8 +59,9 @@ def steps_and_stages(out: str) -> tuple[int, dict[str, float]]:
     report = json.load(open(glob.glob(os.path.join(out, "*.json"))[0]))
     timing, trace = report.get("timing") or {}, report.get("trace") or {}
     windows = max(1, len(timing.get("windows_ms") or []))  # each timing window warms its own copy up
-    steps = (timing.get("warmup_steps", 0) * windows + len(timing.get("samples_ms", []))
-             + trace.get("steps_profiled", 0) + trace_extra_steps(trace.get("steps_profiled", 0)) + OTHER_STAGE_STEPS)
+    steps = (timing.get("warmup_steps", 0) * windows + len(timing.get("samples_ms", [])) + timing.get("settled_after", 0)
+             + trace.get("steps_profiled", 0) + trace_extra_steps(trace.get("steps_profiled", 0), timing.get("median_ms"))
+             + OTHER_STAGE_STEPS)
     return steps, {stage["stage"]: stage["seconds"] for stage in report["stages"]}
 
 

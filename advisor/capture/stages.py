@@ -5,6 +5,7 @@ data loader. Each returns its evidence as JSON (the parent builds Evidence from 
 from __future__ import annotations
 
 import json
+import math
 import traceback
 from typing import Any, Callable
 
@@ -21,17 +22,33 @@ CAPTURE = StagePlan(modules=("advisor.capture.stages",),
 UNTIMED_FROM = "graph"
 PROFILE_STEPS = 5
 UNLABELLED_STEPS = 2  # profiled before the labelled ones, for the profiler's own first-step cost (capture/profile.py)
-# A long step is profiled over fewer steps: its ops repeat the same way each step, the profiler's events and their
-# export and parse grow with every step recorded (a 32-layer GPT's 0.3 s step: 83 MB of the stage's peak a step),
-# and the profiler's fixed first-step cost is a small part of it.
-LONG_STEP_PROFILE_STEPS, LONG_STEP_UNLABELLED, LONG_STEP_MS = 3, 1, 150.0
+# A longer step is profiled over fewer steps: its ops repeat the same way each step, and the profiler's recording,
+# stopping, export and parse grow with every step kept (a 32-layer GPT's 0.34 s step: 83 MB of the stage's peak
+# and 0.5 s of it a step). Enough labelled steps to hold PROFILED_MS of the step, from MIN_PROFILE_STEPS to
+# PROFILE_STEPS. The profiler's fixed first-step cost, which the unlabelled steps keep out, is lost in a step of
+# SHORT_STEP_MS or more (under the profiler with the annotator, first to fifth step: kernel_storm 20.5, 19.2,
+# 18.4, 18.7, 18.5 ms; an 8-layer GPT 109, 115, 118, 121, 126 ms; a 32-layer GPT 408, 457, 462, 465 ms).
+PROFILED_MS, MIN_PROFILE_STEPS, SHORT_STEP_MS = 300.0, 2, 50.0
 
 
 def profiled_steps(step_ms: float | None) -> tuple[int, int]:
-    """(labelled, unlabelled) steps the trace records: fewer of each for a step the timing found long."""
-    if step_ms is not None and step_ms >= LONG_STEP_MS:
-        return LONG_STEP_PROFILE_STEPS, LONG_STEP_UNLABELLED
-    return PROFILE_STEPS, UNLABELLED_STEPS
+    """(labelled, unlabelled) steps the trace records for a step the timing found to take ``step_ms``."""
+    if step_ms is None or step_ms <= 0:
+        return PROFILE_STEPS, UNLABELLED_STEPS
+    labelled = min(PROFILE_STEPS, max(MIN_PROFILE_STEPS, math.ceil(PROFILED_MS / step_ms)))
+    return labelled, UNLABELLED_STEPS if step_ms < SHORT_STEP_MS else 0
+
+
+def leave_a_core_to_the_parent(state: dict) -> None:
+    """One intra-op thread fewer from UNTIMED_FROM on, while the parent reads the trace on a core of its own
+    (collect.TraceReadAhead). A parallel region with a thread on every core waits at its end for the thread that
+    the parent's reading took the core from: a 32-layer GPT's deep copy for the graph capture took 0.6 s instead
+    of 0.07 on 2 cores (389 tensor copies, a scheduler slice each). Nothing is timed from here on."""
+    import torch
+
+    if not state.get("core_left"):
+        state["core_left"] = True
+        torch.set_num_threads(max(1, torch.get_num_threads() - 1))
 
 
 def warm_step(state: dict) -> Callable[[], Any]:
@@ -73,7 +90,7 @@ def _env(state: dict, progress: Callable[[str], None]) -> str:
 @stage("timing", runs_the_step=True)
 def _timing(state: dict, progress: Callable[[str], None]) -> str:
     from advisor.machine.conditions import quiet_wait_s
-    from advisor.workload.step import make_step, run_user_step
+    from advisor.workload.step import copy_of_step, make_step, run_user_step
     from advisor.workload.timing import time_steps, timed_when_quiet
 
     target = state["target"]
@@ -86,10 +103,15 @@ def _timing(state: dict, progress: Callable[[str], None]) -> str:
         state["warm_step"] = first.pop() if first else make_step(target, *target.fresh())
         return state["warm_step"]  # kept warm for the stages after (warm_step)
 
+    def settled_copy(step):  # a step whose first steps were a transient: the next window starts past it
+        if (copied := copy_of_step(target, step)) is not None:
+            state["warm_step"] = copied
+        return copied
+
     def time_once():
         return time_steps(next_step, target.device, warmup=spec.get("warmup", 3),
                           min_samples=spec.get("min_samples", 10), budget_s=spec.get("timing_budget_s", 3.0),
-                          on_sample=lambda n: progress(f"{n} timed steps"))
+                          on_sample=lambda n: progress(f"{n} timed steps"), copy_settled=settled_copy)
     timing = timed_when_quiet(time_once, spec.get("wait_for_quiet_s", quiet_wait_s()), progress)
     state["step_ms"] = timing.median_ms
     return timing.model_dump_json()
@@ -145,6 +167,7 @@ def _graph(state: dict, progress: Callable[[str], None]) -> str:
     from advisor.capture.parts import capture_by_parts
 
     target = state["target"]
+    leave_a_core_to_the_parent(state)
     state.pop("warm_step", None)  # from here on each stage makes its own copy: the step's one goes
     model, feed, _ = target.fresh()
     try:
@@ -179,6 +202,7 @@ def _calls(state: dict, progress: Callable[[str], None]) -> str:
 def _routing(state: dict, progress: Callable[[str], None]) -> str:
     from advisor.capture.routing import measure_routing
 
+    leave_a_core_to_the_parent(state)
     return json.dumps([group.model_dump() for group in measure_routing(state["target"])])
 
 

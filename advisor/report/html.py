@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from jinja2 import Environment, PackageLoader, select_autoescape
 
 from advisor.report.paths import short_path
+from advisor.stats import settling_said
 
 if TYPE_CHECKING:
     from advisor.report.schema import Report
@@ -27,6 +28,7 @@ def _number(value: float | None, digits: int = 3) -> str:
 
 _ENV.filters["short_path"] = short_path
 _ENV.filters["num"] = _number
+_ENV.filters["settling"] = settling_said
 _ENV.filters["pct"] = lambda v: "–" if v is None else f"{100 * v:.1f}%"
 
 

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from advisor.report.paths import short_path
 from advisor.rulekit.rule import Finding, Verification
-from advisor.stats import run_noise_said
+from advisor.stats import run_noise_said, settling_said
 
 if TYPE_CHECKING:
     from advisor.report.schema import Report
@@ -22,9 +22,8 @@ def render_markdown(report: Report) -> str:
     summary = []
     if report.timing is not None:
         t = report.timing
-        noise = run_noise_said(t)
-        summary.append(f"step **{t.median_ms:.3g} ms** (IQR {t.p25_ms:.3g}–{t.p75_ms:.3g}, n={len(t.samples_ms)}"
-                       + (f"; {noise}" if noise else "") + ")")
+        said = "".join(f"; {text}" for text in (run_noise_said(t), settling_said(t)) if text)
+        summary.append(f"step **{t.median_ms:.3g} ms** (IQR {t.p25_ms:.3g}–{t.p75_ms:.3g}, n={len(t.samples_ms)}{said})")
     summary.append(f"**{len(report.findings)}** finding(s)")
     combined = report.verification.combined
     if combined is not None and combined.speedup is not None:

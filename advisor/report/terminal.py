@@ -8,7 +8,7 @@ import click
 
 from advisor.report.paths import short_path
 from advisor.rulekit.rule import Verification
-from advisor.stats import run_noise_said
+from advisor.stats import run_noise_said, settling_said
 
 if TYPE_CHECKING:
     from advisor.report.schema import FilesRecord, Report
@@ -30,9 +30,8 @@ def print_summary(report: Report, written: dict[str, str]) -> None:
     line = f"{target.model_class or target.model_file} · {target.mode} · {target.device}"
     if report.timing is not None:
         t = report.timing
-        noise = run_noise_said(t)
-        line += f" · step {t.median_ms:.3f} ms (IQR {t.p25_ms:.3f}–{t.p75_ms:.3f}, n={len(t.samples_ms)}" + (
-            f"; {noise}" if noise else "") + ")"
+        said = "".join(f"; {text}" for text in (run_noise_said(t), settling_said(t)) if text)
+        line += f" · step {t.median_ms:.3f} ms (IQR {t.p25_ms:.3f}–{t.p75_ms:.3f}, n={len(t.samples_ms)}{said})"
     click.echo(line)
     if report.quality.state != "unknown":
         contended = report.quality.state in ("contended", "inconsistent")

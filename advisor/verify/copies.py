@@ -232,7 +232,9 @@ def _measured(ab, fields: dict, note: str) -> Verification:
     status = verdict(ab.speedup, (low, high))
     if status == "inconclusive":
         note = "; ".join(n for n in (note, why_inconclusive(ab.speedup, (low, high))) if n)
-    note = "; ".join(n for n in (note, power_said((low, high))) if n)
+    settled = (f"measured after {ab.settled_pairs} pairs in which the steps were still getting faster"
+               if getattr(ab, "settled_pairs", 0) else "")
+    note = "; ".join(n for n in (note, settled, power_said((low, high))) if n)
     return Verification(
         status=status, resolves=smallest_resolvable((low, high)),
         speedup=round(ab.speedup, 4), ci_low=round(low, 4), ci_high=round(high, 4),

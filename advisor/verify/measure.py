@@ -20,6 +20,7 @@ class ABResult:
     baseline_ms: list[float]
     candidate_ms: list[float]
     conditions: MeasurementConditions | None = None
+    settled_pairs: int = 0  # pairs let go first while a side's steps still got faster (verify/interleave.py)
 
     @property
     def ratios(self) -> list[float]:

@@ -24,11 +24,33 @@ def synchronize(device: torch.device) -> None:
 
 
 def make_step(target: Target, model: torch.nn.Module, feed: Feed, optimizer: Any) -> Callable[[], Any]:
-    """A callable running one whole step on the given (copied) model, inputs and optimizer.
+    """A callable running one whole step on the given (copied) model, inputs and optimizer, which it holds as
+    ``step.parts`` (``copy_of_step``).
 
     A fix's autocast (and GradScaler), anomaly-mode and step contexts (library flags entered
     and restored around each call) on the target apply here.
     """
+    step = _step(target, model, feed, optimizer)
+    step.parts = (model, feed, optimizer)  # type: ignore[attr-defined]
+    return step
+
+
+def copy_of_step(target: Target, step: Callable[[], Any]) -> Callable[[], Any] | None:
+    """A step on a deep copy of ``step``'s model, data and optimizer as they are now: its state after the steps it
+    ran, in memory of its own (workload/settling.py). None where they cannot be copied."""
+    import copy
+
+    parts = getattr(step, "parts", None)
+    if parts is None:
+        return None
+    try:
+        model, feed, optimizer = copy.deepcopy(parts)  # one call: the optimizer's parameters are the copy's
+    except Exception:  # noqa: BLE001 - an object of the user's that does not copy (a compiled model, a lock)
+        return None
+    return make_step(target, model, feed, optimizer)
+
+
+def _step(target: Target, model: torch.nn.Module, feed: Feed, optimizer: Any) -> Callable[[], Any]:
     def anomaly():
         if target.detect_anomaly is None:
             return contextlib.nullcontext()

@@ -20,6 +20,7 @@ import torch
 from advisor.evidence import Timing
 from advisor.machine.conditions import Watch, judge, wait_for_quiet
 from advisor.stats import median_half_width, relative_spread
+from advisor.workload.settling import SETTLING_SAMPLES, Settling, falling
 
 MIN_SAMPLES_SLOW = 3
 MEDIAN_PRECISION = 0.025  # half-width of the median's ~95% interval, over the median
@@ -38,35 +39,56 @@ def time_steps(
     budget_s: float = 3.0,
     on_sample: Callable[[int], None] | None = None,
     windows: int = WINDOWS,
+    copy_settled: Callable[[Callable[[], Any]], Callable[[], Any] | None] | None = None,
+    timed: Callable[[Callable[[], Any]], float] | None = None,
 ) -> Timing:
     """Time the step in ``windows`` windows, each on a fresh step from ``make_step()`` (a fresh copy of the
     model and its inputs: new allocations, a new memory layout) warmed up again, the samples pooled. Two runs
     of the same code differ by more than the spread inside either (memory layout, caches, clocks); the
     windows' medians carry that between-run spread into the report (``Timing.run_noise``), at the cost of
     the extra warm-ups (``Timing.windows_cost_s``). A window starts only while the budget lasts: a slow step
-    gets fewer windows, and one window says nothing of run-to-run noise."""
+    gets fewer windows, and one window says nothing of run-to-run noise.
+
+    A first window whose steps still fall is a transient (workload/settling.py): it counts as warm-up and the
+    same copy is timed again, for up to ``budget_s`` more, until a window's steps hold. The later windows then
+    start from ``copy_settled(step)`` (the settled state in memory of its own) where it gives one: a fresh copy
+    would start the transient again. ``timed``: how one call is timed, the device's timer unless given."""
     timer = "cuda-event" if device.type == "cuda" else "perf_counter"
-    timed = timer_for(device)
+    timed = timed or timer_for(device)
     per_window = max(4, math.ceil(min_samples / windows))
     samples: list[float] = []
     medians: list[float] = []
     extra_s = 0.0
+    settle = Settling()
     with Watch() as watch:  # what else ran on these CPUs meanwhile: part of the evidence
         started = time.perf_counter()
+        step = None
         for index in range(windows):
             if index and time.perf_counter() - started >= budget_s:
                 break
             began = time.perf_counter()
-            step = None  # the last window's copy is freed before the next is made: never two at once
-            step = make_step()
+            # the last window's copy is freed before the next is made: never two at once (a settled step's copy
+            # is made from it)
+            settled_copy = copy_settled(step) if settle.steps and copy_settled is not None and step else None
+            step = None
+            step = settled_copy or make_step()
             for _ in range(warmup):
                 step()
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
             if index:
                 extra_s += time.perf_counter() - began
-            window = _window(step, timed, per_window, max_samples // windows, min_time_s / windows,
-                             budget_s / windows, len(samples), on_sample)
+            # the first window long enough to see a transient begin to fall (gpt_block: 99 ms for its first 5 steps)
+            window = _window(step, timed, per_window if index else max(per_window, SETTLING_SAMPLES),
+                             max_samples // windows, min_time_s / windows, budget_s / windows, len(samples), on_sample)
+            if not index:
+                settling_began = time.perf_counter()
+                while falling(window) and time.perf_counter() - settling_began < budget_s:
+                    settle.took(window)
+                    window = _window(step, timed, per_window, max_samples // windows, min_time_s / windows,
+                                     budget_s / windows, len(samples), on_sample)
+                settle.still_falling = bool(settle.steps) and falling(window)
+                started += time.perf_counter() - settling_began  # the windows' budget starts once it holds
             samples += window
             medians.append(statistics.median(window))
     timing = Timing.of_samples(samples, timer, warmup)
@@ -74,6 +96,9 @@ def time_steps(
     timing.windows_ms = [round(m, 4) for m in medians]
     timing.windows_cost_s = round(extra_s, 3)
     timing.run_noise = relative_spread(medians)
+    timing.settled_after = settle.steps
+    timing.unsettled_ms = settle.first_ms
+    timing.still_falling = settle.still_falling
     return timing
 
 
