@@ -11,6 +11,7 @@ import linecache
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
+from advisor.machine.collector_pauses import CollectorPauses
 from advisor.machine.state import MeasurementConditions
 from advisor.records import Field, Record
 from advisor.stats import fmean, median, percentile
@@ -360,6 +361,7 @@ class Evidence(Record):
                                                                    "rank-aware rules read (offline, or a torchrun job)")
     rank_summaries: list[RankSummary] = Field(default_factory=list, description="per rank of a torchrun job")
     ddp: DDPInfo | None = None
+    collector: CollectorPauses | None = Field(default=None, description="the garbage collector in the timed steps")
 
     def call_sites(self, *apis: str, runtime: bool | None = None) -> list[CallSite]:
         """Watched calls of these APIs (only those seen running, with ``runtime=True``)."""
@@ -380,11 +382,8 @@ class Evidence(Record):
                       noise=round(share * max(spread, SHARE_NOISE_FLOOR), 4))
 
     def share_of_step(self, us_per_step: float) -> float | None:
-        """``us_per_step`` of profiled op time as a share of the step.
-
-        Divides by the profiler-free step time when there is one: the profiler's per-op overhead
-        inflates a step of many small ops far more than it inflates the large ops measured here.
-        """
+        """``us_per_step`` of profiled op time as a share of the profiler-free step time, where there is one: the
+        profiler's per-op overhead inflates a step of many small ops far more than the large ops measured here."""
         step_ms = self.step_ms
         if not step_ms:
             return None

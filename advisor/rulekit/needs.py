@@ -15,6 +15,8 @@ NEEDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "data": (lambda ev: ev.data is not None, "no data loader was measured"),
     "env": (lambda ev: ev.env is not None, "the environment was not recorded"),
     "ddp": (lambda ev: ev.ddp is not None, "no DistributedDataParallel model was seen (a torchrun job)"),
+    "collector": (lambda ev: ev.collector is not None and bool(ev.collector.per_step_ms),
+                  "the garbage collector was not watched in the timed steps (advisor run watches it)"),
     "ranks": (lambda ev: len(ev.ranks) >= 2, "fewer than two ranks' traces"),
     "cuda": (lambda ev: ev.on_cuda, "the run was not on a CUDA device, where what it judges costs time"),
 }

@@ -24,6 +24,7 @@ from advisor.evidence import (
     Timing,
 )
 from advisor.gathered import Gathered, ModelOutput, StageRecord
+from advisor.machine.collector_pauses import CollectorPauses
 from advisor.run.kinds import BACKWARD, FORWARD, MARKER, OPTIMIZER, PROFILER_STEP
 from advisor.run.launch import ScriptRun
 from advisor.sources import innermost_user_frame
@@ -137,6 +138,8 @@ def _primary_evidence(run: ScriptRun, script: str, timeout: float) -> tuple[Evid
     evidence.timing = Timing.of_samples(samples, "perf_counter", window["warmup_steps"])
     if window.get("conditions"):
         evidence.timing.conditions = MeasurementConditions.model_validate(window["conditions"])
+    if window.get("collector"):
+        evidence.collector = CollectorPauses.model_validate(window["collector"])
     if window["data_wait_ms"] and any(window["data_wait_ms"]):
         notes.append(f"the loop waited {statistics.median(window['data_wait_ms']):.3g} ms per step for data "
                      "(median; the step time excludes it, the data rules judge it)")

@@ -32,6 +32,7 @@ from typing import Any
 from advisor.files import intercept, stop
 from advisor.files.gate import GATE
 from advisor.files.intercept import suspended
+from advisor.run.collector import CollectorWatch
 from advisor.run.failures import distributed, watch_failures
 from advisor.run.kinds import FORWARD, MARKER, OPTIMIZER, PROFILER_STEP, RANK
 from advisor.run.profiled_steps import ProfiledSteps
@@ -78,6 +79,7 @@ class StepWindow(ProfiledSteps, TrainingSigns):
         from advisor.machine.conditions import Watch  # made once torch is imported: the bootstrap imports little
 
         self.machine = Watch()
+        self.collector = CollectorWatch()  # the garbage collector's passes inside each step, watched from now
         self.profiler = None
         self.step_range = None
         self.annotator = None
@@ -276,8 +278,8 @@ class StepWindow(ProfiledSteps, TrainingSigns):
             self.evaluating = False  # the step ended in eval mode: it held an evaluation pass, and is not timed
             self.evaluations += 1
             self.contents.restart()
-            self.waiting, self.last = 0.0, time.perf_counter()
-            self.journal_spent = getattr(intercept.LAYER, "spent", 0.0)
+            self.collector.step_ended(timed=False)
+            self.waiting, self.last, self.journal_spent = 0.0, time.perf_counter(), getattr(intercept.LAYER, "spent", 0.0)
             return
         self.evaluating = False
         self.count += 1
@@ -304,6 +306,7 @@ class StepWindow(ProfiledSteps, TrainingSigns):
             kept = getattr(intercept.LAYER, "spent", 0.0) - self.journal_spent
             self.samples_ms.append((now - self.last - self.waiting - kept) * 1000)
             self.data_wait_ms.append(self.waiting * 1000)
+            self.collector.step_ended(timed=True)
         if self.count == timed_end:
             self.machine.stop()
             self.finish(stopped=True) if self.measure_only else self._start_profiler()
@@ -312,8 +315,8 @@ class StepWindow(ProfiledSteps, TrainingSigns):
         elif self.calls is not None and self.count >= timed_end + self.profile_steps + self.call_steps:
             self._write_calls(self.call_steps)
             self.finish(stopped=not self.full)
-        self.waiting = 0.0
-        self.journal_spent = getattr(intercept.LAYER, "spent", 0.0)
+        self.waiting, self.journal_spent = 0.0, getattr(intercept.LAYER, "spent", 0.0)
+        self.collector.step_ended(timed=False)  # a pass in advisor's own work between steps is no step's
         self.last = time.perf_counter()
 
     def _drop_forward_hooks(self) -> None:
@@ -332,6 +335,7 @@ class StepWindow(ProfiledSteps, TrainingSigns):
         self.contents.restart()
         self.samples_ms.clear()
         self.data_wait_ms.clear()
+        self.collector.restart()
 
     def on_exit(self) -> None:
         """The script ended before the window did: keep what was measured, and say so."""
@@ -358,7 +362,7 @@ class StepWindow(ProfiledSteps, TrainingSigns):
                 "step": step_reading(self), "restarts_after_evaluation": self.restarts_after_evaluation,
                 "data_wait_ms": list(self.data_wait_ms), "stopped": stopped, "ended_early": ended_early,
                 "warmup_steps": self.warmup, "optimizers": len(self.optimizers), "distributed": distributed(),
-                "evaluations": self.evaluations,
+                "evaluations": self.evaluations, "collector": self.collector.measured(),
                 "conditions": self.machine.conditions.model_dump(mode="json") if self.machine.conditions else None}
 
     def finish(self, stopped: bool, ended_early: bool = False, interrupted: bool = False) -> None:
@@ -374,7 +378,6 @@ class StepWindow(ProfiledSteps, TrainingSigns):
                 if not interrupted or self.samples_ms:
                     try:
                         from advisor.run.describe_run import describe_run
-
                         describe_run(self)
                     except Exception as failure:  # noqa: BLE001 - what was measured is still written
                         self.write("describe_error.json", {"message": f"{type(failure).__name__}: {failure}"})
@@ -384,8 +387,7 @@ class StepWindow(ProfiledSteps, TrainingSigns):
             stop.stop_now(0, at_boundary=True)
 
     def _synchronize(self) -> None:
-        import torch
-
+        torch = sys.modules["torch"]  # imported: the window is made once it is
         if torch.cuda.is_available() and torch.cuda.is_initialized():
             torch.cuda.synchronize()
 
