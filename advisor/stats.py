@@ -121,6 +121,30 @@ def ratio_median_interval(ratios: Sequence[float], resamples: int = RESAMPLES) -
     return min(low, math.exp(centre - half)), max(high, math.exp(centre + half))
 
 
+def rank_correlation(samples: list[float]) -> float:
+    """Spearman's correlation of ``samples`` with their order (ties share their mean rank); 0 for constant ones."""
+    ranks = _ranks(samples)
+    count = len(samples)
+    mean = (count - 1) / 2
+    covariance = sum((index - mean) * (rank - mean) for index, rank in enumerate(ranks))
+    spread = (sum((index - mean) ** 2 for index in range(count)) * sum((rank - mean) ** 2 for rank in ranks)) ** 0.5
+    return covariance / spread if spread else 0.0
+
+
+def _ranks(values: list[float]) -> list[float]:
+    order = sorted(range(len(values)), key=values.__getitem__)
+    ranks = [0.0] * len(values)
+    start = 0
+    while start < len(order):
+        end = start
+        while end + 1 < len(order) and values[order[end + 1]] == values[order[start]]:
+            end += 1
+        for position in range(start, end + 1):
+            ranks[order[position]] = (start + end) / 2
+        start = end + 1
+    return ranks
+
+
 def relative_spread(values: Sequence[float]) -> float | None:
     """Standard deviation over mean: how much independent windows (or runs) of the same code differ.
     None from fewer than two values."""

@@ -216,7 +216,7 @@ def _signature(block: torch.nn.Module) -> tuple | None:
             if (comparable := _comparable(value)) is _UNCOMPARABLE:
                 return None
             state.append((key, comparable))
-        tensors = [(key, _tensor_key(value)) for key, value in list(module._parameters.items()) +
+        tensors = [(key, _TensorKey(value)) for key, value in list(module._parameters.items()) +
                    list(module._buffers.items())]
         parts.append((name, type(module), tuple(state), tuple(tensors)))
     return tuple(parts)
@@ -232,7 +232,7 @@ def _comparable(value: Any) -> Any:
         items = [_comparable(v) for v in value]
         return _UNCOMPARABLE if any(i is _UNCOMPARABLE for i in items) else (type(value), tuple(items))
     if isinstance(value, torch.Tensor):
-        return _tensor_key(value)
+        return _TensorKey(value)
     # functions, classes, a config object the blocks share: the same object; two equal copies are not trusted
     return ("object", id(value))
 
@@ -255,10 +255,6 @@ class _TensorKey:
             return bool(torch.equal(self.value, other.value))
 
     __hash__ = None  # type: ignore[assignment]
-
-
-def _tensor_key(value: torch.Tensor | None) -> _TensorKey:
-    return _TensorKey(value)
 
 
 def _same(left: tuple | None, right: tuple | None) -> bool:

@@ -16,7 +16,7 @@ window falls (nearly every model), nothing changes and nothing is added.
 
 from __future__ import annotations
 
-from advisor.stats import median
+from advisor.stats import median, rank_correlation
 
 FALL = 0.05  # the later half's median this far below the earlier half's
 TREND = -0.5  # and the times' rank correlation with their order at most this
@@ -33,30 +33,6 @@ def falling(samples_ms: list[float]) -> bool:
     half = len(samples_ms) // 2
     early, late = samples_ms[:half], samples_ms[-half:]
     return median(late) <= (1.0 - FALL) * median(early) and rank_correlation(samples_ms) <= TREND
-
-
-def rank_correlation(samples: list[float]) -> float:
-    """Spearman's correlation of ``samples`` with their order (ties share their mean rank); 0 for constant ones."""
-    ranks = _ranks(samples)
-    count = len(samples)
-    mean = (count - 1) / 2
-    covariance = sum((index - mean) * (rank - mean) for index, rank in enumerate(ranks))
-    spread = (sum((index - mean) ** 2 for index in range(count)) * sum((rank - mean) ** 2 for rank in ranks)) ** 0.5
-    return covariance / spread if spread else 0.0
-
-
-def _ranks(values: list[float]) -> list[float]:
-    order = sorted(range(len(values)), key=values.__getitem__)
-    ranks = [0.0] * len(values)
-    start = 0
-    while start < len(order):
-        end = start
-        while end + 1 < len(order) and values[order[end + 1]] == values[order[start]]:
-            end += 1
-        for position in range(start, end + 1):
-            ranks[order[position]] = (start + end) / 2
-        start = end + 1
-    return ranks
 
 
 class Settling:

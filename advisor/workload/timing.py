@@ -60,6 +60,11 @@ def time_steps(
     medians: list[float] = []
     extra_s = 0.0
     settle = Settling()
+
+    def timed_window(step: Callable[[], Any], least: int) -> list[float]:  # at least ``least`` samples
+        return _window(step, timed, least, max_samples // windows, min_time_s / windows, budget_s / windows,
+                       len(samples), on_sample)
+
     with Watch() as watch:  # what else ran on these CPUs meanwhile: part of the evidence
         started = time.perf_counter()
         step = None
@@ -79,14 +84,12 @@ def time_steps(
             if index:
                 extra_s += time.perf_counter() - began
             # the first window long enough to see a transient begin to fall (gpt_block: 99 ms for its first 5 steps)
-            window = _window(step, timed, per_window if index else max(per_window, SETTLING_SAMPLES),
-                             max_samples // windows, min_time_s / windows, budget_s / windows, len(samples), on_sample)
+            window = timed_window(step, per_window if index else max(per_window, SETTLING_SAMPLES))
             if not index:
                 settling_began = time.perf_counter()
                 while falling(window) and time.perf_counter() - settling_began < budget_s:
                     settle.took(window)
-                    window = _window(step, timed, per_window, max_samples // windows, min_time_s / windows,
-                                     budget_s / windows, len(samples), on_sample)
+                    window = timed_window(step, per_window)
                 settle.still_falling = bool(settle.steps) and falling(window)
                 started += time.perf_counter() - settling_began  # the windows' budget starts once it holds
             samples += window
