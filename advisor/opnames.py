@@ -78,6 +78,23 @@ CONV_2D_OPS = frozenset({"aten::conv2d", "aten::conv_transpose2d"})
 CONV_WORK_OPS = CONV_OPS | CONV_2D_OPS | {"aten::convolution_backward"}
 
 
+# --- the roofline: an operator's work from its input shapes (trace/roofline.py) ----------------------------
+ROOF_ATTENTION = frozenset({"aten::_scaled_dot_product_flash_attention_for_cpu", "aten::_scaled_dot_product_flash_attention",
+                            "aten::_scaled_dot_product_efficient_attention", "aten::_scaled_dot_product_cudnn_attention"})
+ROOF_ATTENTION_BACKWARD = frozenset(f"{name}_backward" for name in ROOF_ATTENTION)
+ROOF_CONV = frozenset({"aten::convolution", "aten::convolution_backward"})
+# ops that move data and compute nothing: their roof is the bandwidth alone
+ROOF_MOVES_ONLY = LAYOUT_COPY_OPS | {"aten::fill_", "aten::zero_", "aten::_to_copy", "aten::to", "aten::cat", "aten::stack",
+                                    "aten::index", "aten::index_select", "aten::gather", "aten::embedding"}
+# ops that move no data of their own (views, allocation) or only move it (copies): no work to hold to a roof
+ROOF_NO_WORK = frozenset({
+    "aten::view", "aten::reshape", "aten::_unsafe_view", "aten::t", "aten::transpose", "aten::permute",
+    "aten::as_strided", "aten::expand", "aten::slice", "aten::select", "aten::unsqueeze", "aten::squeeze",
+    "aten::empty", "aten::empty_strided", "aten::empty_like", "aten::detach", "aten::alias", "aten::split",
+    "aten::chunk", "aten::unbind", "aten::narrow", "aten::resize_", "aten::lift_fresh", "aten::zeros",
+    "aten::set_", "aten::result_type", "aten::item", "aten::_local_scalar_dense", "aten::is_nonzero",
+})
+
 # --- from misaligned_dims ------------------------------------------------------------
 TRACE_MATMULS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"}
 

@@ -56,7 +56,17 @@ def saved_evidence(sample: str, folder: Path = EVIDENCE_DIR) -> Evidence:
 
 def _read(path: Path) -> str:
     with gzip.open(path, "rt", encoding="utf-8") as handle:
-        return handle.read().replace(PLACEHOLDER, _json_path(ROOT))
+        return relocated(handle.read())
+
+
+def relocated(text: str) -> str:
+    """A fixture's JSON with this checkout's paths where the recording had its own (``relocatable``)."""
+    return text.replace(PLACEHOLDER, _json_path(ROOT))
+
+
+def relocatable(text: str) -> str:
+    """JSON with this checkout's folder replaced by the placeholder, for a fixture read on any machine."""
+    return text.replace(_json_path(ROOT), PLACEHOLDER)
 
 
 def _json_path(path: Path) -> str:
@@ -92,7 +102,7 @@ def _dropped(event: dict, annotated: bool) -> bool:
 
 
 def _write(path: Path, text: str) -> None:
-    text = text.replace(_json_path(ROOT), PLACEHOLDER)
+    text = relocatable(text)
     with gzip.open(path, "wt", encoding="utf-8", compresslevel=9) as handle:
         handle.write(text)
 

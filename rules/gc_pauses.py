@@ -39,7 +39,11 @@ from __future__ import annotations
 from typing import Iterator
 
 from advisor.evidence import Evidence
-from advisor.rulekit.rule import Finding, Fix, Layer, Severity, Threshold, Thresholds, rule
+from advisor.rulekit.fixing import setting, with_switches
+from advisor.rulekit.rule import Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
+from advisor.sources import is_library_path, site_label
+
+RAISED_THRESHOLDS = (50_000, 20, 100)  # the first generation's threshold raised: far fewer passes of every kind
 
 
 @rule(
@@ -64,17 +68,22 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
         return
     young, middle, full = (collector.passes + [0, 0, 0])[:3]
     slowest = max(collector.per_step_ms[:steps])
+    made = next((site for site in collector.survivors if site["file"] and not is_library_path(site["file"])), None)
+    where = (f"; {made['objects']:,} objects made in one step at {site_label(made['file'], made['line'])} outlived it"
+             if made else "")
     yield Finding(
         severity=Severity.HIGH if share >= th.high_share else Severity.MEDIUM,
         message=(f"Python's garbage collector takes {share:.0%} of the timed steps' time: {collecting / steps:.3g} ms a step on "
                  f"average over {steps} timed steps, {young + middle + full} passes ({full} full, {middle} of the "
                  f"middle generation), up to {slowest:.3g} ms in one step: the loop keeps objects the collector "
-                 "walks again and again"),
+                 f"walks again and again{where}"),
         impact=share,
         evidence={"collector_ms_per_step": round(collecting / steps, 4), "share_of_step": round(share, 4),
                   "passes_by_generation": [young, middle, full], "slowest_step_collector_ms": round(slowest, 4),
                   "thresholds": collector.thresholds, "frozen_objects": collector.frozen,
-                  "collector_enabled": collector.enabled},
+                  "collector_enabled": collector.enabled, "survivors_of_one_step": collector.survivors},
+        locations=[Location.at(made["file"], made["line"], note=f"{made['objects']:,} objects a step outlive it")]
+        if made else [],
         fix=Fix(summary=("keep per-step records in arrays or plain numbers; else gc.freeze() once set-up is done, "
                          "or gc.set_threshold(50_000, 20, 100)"),
                 before="records.append({'step': step, 'pred': p, 'tags': [step, i]})",
@@ -82,3 +91,12 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
                 docs=["https://docs.python.org/3/library/gc.html#gc.freeze",
                       "https://docs.python.org/3/library/gc.html#gc.set_threshold"]),
     )
+
+
+@check.fix(tolerance=1e-6, what="the collector's first threshold raised (gc.set_threshold(50_000, 20, 100))",
+           whole_runs="its full passes fall on a few steps of the run, which blocks of steps would share out by chance")
+def fix(target, finding):
+    """The script's steps with the collector's thresholds raised: the fix that needs no change to what it keeps."""
+    import gc
+
+    return with_switches(target, setting(gc.get_threshold, lambda kept: gc.set_threshold(*kept), RAISED_THRESHOLDS))

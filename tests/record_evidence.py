@@ -2,7 +2,7 @@
 
     python tests/record_evidence.py [SAMPLE ...]
     python tests/record_evidence.py --ddp     # rank 0 of the 2-rank gloo DDP scripts, through torchrun
-    python tests/record_evidence.py --collector   # the timed steps and the garbage collector's passes of scripts
+    python tests/record_evidence.py --runs    # advisor run's steps, step log and collector's passes of scripts
 
 Run it after a change to capture (not to rules: rules are what the fixtures test). Record on a
 quiet machine: the timings and profiles in the fixtures are this machine's measurements, and
@@ -20,11 +20,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # devkit: the save
 
 from advisor.commands.audit import AuditOptions, run_audit  # noqa: E402
 from advisor.commands.run import RunOptions, run_script  # noqa: E402
-from devkit.saved_evidence import DDP_DIR, ROOT, save_evidence  # noqa: E402
+from devkit.saved_evidence import DDP_DIR, ROOT, relocatable, save_evidence  # noqa: E402
 
 DDP_SCRIPTS = ("ddp_train", "ddp_clean")
-COLLECTOR_SCRIPTS = ("gc_records", "clean_train")  # gc-pauses' positive and negative
-COLLECTOR_DIR = ROOT / "tests" / "data" / "collector"
+RUN_SCRIPTS = ("gc_records", "growing_history", "clean_train")  # the run rules' positives, and their negative
+RUNS_DIR = ROOT / "tests" / "data" / "runs"
 
 
 def record(sample: str) -> None:
@@ -47,26 +47,28 @@ def record_ddp(script: str) -> None:
         print(f"{script}: {sorted(f.slug for f in result.report.findings)}", flush=True)
 
 
-def record_collector(script: str) -> None:
-    """What gc-pauses reads of an ``advisor run`` of the script: its timed steps and the collector's passes."""
+def record_run(script: str) -> None:
+    """What the run rules read of an ``advisor run`` of the script: its timed steps, every step's log and the
+    collector's passes."""
     import json
 
     with tempfile.TemporaryDirectory() as out:
         command = (sys.executable, str(ROOT / "samples" / "scripts" / f"{script}.py"))
         result = run_script(RunOptions(command=command, out_dir=out, verify=False))
-        if result.report.errors or result.evidence.collector is None:
-            raise SystemExit(f"{script}: the run failed or watched no collector: {result.report.errors}")
-        COLLECTOR_DIR.mkdir(exist_ok=True)
+        if result.report.errors or result.evidence.collector is None or result.evidence.step_log is None:
+            raise SystemExit(f"{script}: the run failed or logged no steps: {result.report.errors}")
+        RUNS_DIR.mkdir(exist_ok=True)
         recorded = {"samples_ms": [round(ms, 4) for ms in result.evidence.timing.samples_ms],
-                    "collector": result.evidence.collector.model_dump(mode="json")}
-        (COLLECTOR_DIR / f"{script}.json").write_text(json.dumps(recorded, indent=1) + "\n", encoding="utf-8")
+                    "collector": result.evidence.collector.model_dump(mode="json"),
+                    "step_log": result.evidence.step_log.model_dump(mode="json")}
+        (RUNS_DIR / f"{script}.json").write_text(relocatable(json.dumps(recorded, indent=1)) + "\n", encoding="utf-8")
         print(f"{script}: {sorted(f.slug for f in result.report.findings)}", flush=True)
 
 
 if __name__ == "__main__":
-    if sys.argv[1:] == ["--collector"]:
-        for script in COLLECTOR_SCRIPTS:
-            record_collector(script)
+    if sys.argv[1:] == ["--runs"]:
+        for script in RUN_SCRIPTS:
+            record_run(script)
         sys.exit(0)
     if sys.argv[1:] == ["--ddp"]:
         for script in DDP_SCRIPTS:

@@ -114,3 +114,28 @@ def test_the_readiness_report_renders_its_checklist_and_chart_offline(browser, t
     assert browser.console_errors() == []
     assert [url for url in browser.requested_urls() if not url.startswith(("file:", "data:"))] == []
     assert _distinct_colours(browser.screenshot()) > 50
+
+
+@pytest.mark.slow
+def test_the_roofline_chart_draws_each_operator_under_the_machines_roofs(browser, tmp_path):
+    from advisor.assembly.build import assemble_report
+    from advisor.gathered import Gathered
+    from advisor.rulekit.engine import RuleConfig
+    from devkit.saved_evidence import saved_evidence
+
+    report = assemble_report(Gathered(evidence=saved_evidence("gpt_block")), RuleConfig.load())
+    page = tmp_path / "gpt_block.html"
+    report.save(str(page))
+    browser.open(page.as_uri())
+    plotted = sum(1 for rate in report.roofline.operators if rate.intensity)
+    assert browser.evaluate("document.querySelectorAll('svg.roofline circle.operator').length") == plotted
+    assert browser.evaluate("document.querySelectorAll('svg.roofline polyline.roof').length") == len(report.roofline.peaks.flops_per_s)
+    # every operator lies inside the plot, and its tooltip names it
+    inside = ("[...document.querySelectorAll('svg.roofline circle.operator')].every(c => {const b = c.getBBox(); "
+              "const frame = document.querySelector('svg.roofline rect').getBBox(); return b.x >= frame.x - 12 && "
+              "b.x + b.width <= frame.x + frame.width + 12 && b.y >= frame.y - 12 && b.y + b.height <= frame.y + frame.height + 12;})")
+    assert browser.evaluate(inside) is True
+    assert "aten::" in browser.evaluate("document.querySelector('svg.roofline circle.operator title').textContent")
+    assert browser.evaluate("document.querySelectorAll('#operators tr').length") == len(report.roofline.operators) + 1
+    assert browser.evaluate("document.querySelectorAll('#memory-kinds tr').length") == len(report.memory.most) + 1
+    assert browser.console_errors() == []

@@ -248,7 +248,8 @@ def _classes_defined_in(*relative: str) -> set[str]:
 def test_no_command_builds_evidence():
     """A command gathers through capture/, run/, ready/ (each builds its own evidence, and what it gathered) and hands
     that to the assembly; it never fills a record of evidence itself."""
-    records = _classes_defined_in("advisor/evidence.py", "advisor/gathered.py", "advisor/ready/measured.py",
+    records = _classes_defined_in("advisor/evidence/__init__.py", "advisor/evidence/graph_records.py",
+                                  "advisor/gathered.py", "advisor/ready/measured.py",
                                   "advisor/machine/state.py")
     assert {"Evidence", "TargetInfo", "Gathered", "StageRecord", "ReadyEvidence"} <= records
     built = set()

@@ -10,7 +10,7 @@ and the report is filled from it; the fixes' verdicts are then folded in by the 
 from __future__ import annotations
 
 from advisor.assembly.quality import mark_unreliable, measurement_quality
-from advisor.assembly.summarize import summarize_graph, summarize_performance, summarize_trace
+from advisor.assembly.summarize import summarize_graph, summarize_performance, summarize_roofline, summarize_trace
 from advisor.gathered import Gathered
 from advisor.report.schema import Report, RuleProblemRecord, VerificationSettings
 from advisor.rulekit.engine import RuleConfig
@@ -31,7 +31,7 @@ def assemble_report(gathered: Gathered, rules: RuleConfig, verification: Verific
         output=output, verification=verification or VerificationSettings(),
         rule_problems=[RuleProblemRecord(source=p.source, message=p.message) for p in rules.ruleset.problems],
         environment=evidence.env, timing=evidence.timing, data=evidence.data, flops=evidence.flops,
-        ranks=evidence.rank_summaries,
+        ranks=evidence.rank_summaries, memory=evidence.memory,
     )
     if run_rules:
         report.findings, problems = rules.run(evidence, report.rules)
@@ -41,6 +41,7 @@ def assemble_report(gathered: Gathered, rules: RuleConfig, verification: Verific
     report.performance = summarize_performance(evidence)
     if evidence.trace is not None:
         report.trace = summarize_trace(evidence.trace)
+        report.roofline = summarize_roofline(evidence)
     if evidence.graph is not None:
         report.graph = summarize_graph(evidence.graph)
     return report

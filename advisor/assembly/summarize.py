@@ -7,15 +7,15 @@ import os
 from collections import Counter, defaultdict
 
 from advisor.evidence import Evidence, GraphCapture
+from advisor.machine.peaks import published_peaks
 from advisor.opnames import COPY_AND_LAYOUT_OPS, MATMUL_OPS
-from advisor.report.schema import GraphSummary, OpShare, Performance, TimelineBar, TraceSummary
+from advisor.report.schema import GraphSummary, OpShare, Performance, Roofline, TimelineBar, TraceSummary
 from advisor.trace.parse import SYNC_RUNTIME_CALLS, Op, Trace
+from advisor.trace.roofline import operator_rates
 
 TOP_OPS = 12
+ROOFLINE_LEAST, ROOFLINE_MOST = 0.005, 20
 TIMELINE_BARS = 400
-# Dense bf16/fp16 tensor-core peaks (TFLOP/s) of common GPUs, by name fragment.
-PEAK_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "A10G": 125.0, "L4": 121.0, "V100": 125.0,
-               "MI250": 362.0, "MI300": 1307.0, "T4": 65.0}
 _CATEGORY_WORDS = (
     ("norm", ("norm",)),
     ("softmax / reduction", ("softmax", "sum", "mean", "max", "min", "argmax", "topk", "cumsum", "logsumexp")),
@@ -57,6 +57,16 @@ def summarize_trace(trace: Trace) -> TraceSummary:
             for name, us in top
         ],
     )
+
+
+def summarize_roofline(ev: Evidence) -> Roofline | None:
+    """The operator groups holding at least ROOFLINE_LEAST of the profiled step (ROOFLINE_MOST at the most)."""
+    if ev.trace is None or ev.peaks is None or not ev.trace.steps:
+        return None
+    rates = operator_rates(ev.trace, ev.peaks)
+    shown = [rate for rate in rates if rate.share_of_step >= ROOFLINE_LEAST][:ROOFLINE_MOST]
+    return Roofline(peaks=ev.peaks, operators=shown, shown_share=round(sum(r.share_of_step for r in shown), 4),
+                    note="" if ev.trace.source_annotated else "operators are attributed to functions, not lines")
 
 
 def summarize_graph(graph: GraphCapture) -> GraphSummary:
@@ -114,13 +124,22 @@ def summarize_performance(ev: Evidence) -> Performance | None:
         performance.flops_note = ev.flops.note
     if ev.flops is not None and ev.flops.total:
         performance.achieved_tflops = round(ev.flops.total / (step_ms / 1000.0) / 1e12, 5)
-        name = ev.env.device_name if ev.env is not None else ""
-        peak = next((v for k, v in PEAK_TFLOPS.items() if ev.on_cuda and k in name), None)
-        if peak is not None:
-            performance.peak_tflops = peak
-            performance.peak_share = round(performance.achieved_tflops / peak, 5)
-            performance.peak_note = f"of the {name}'s dense bf16/fp16 peak ({peak:g} TFLOP/s)"
-        else:
-            performance.peak_note = "the device's peak is not in advisor's table" if ev.on_cuda else \
-                "no peak is listed for CPUs"
+        peak, performance.peak_note = _peak(ev)
+        if peak:
+            performance.peak_tflops = round(peak / 1e12, 5)
+            performance.peak_share = round(performance.achieved_tflops / performance.peak_tflops, 5)
     return performance
+
+
+def _peak(ev: Evidence) -> tuple[float | None, str]:
+    """The device's best matmul FLOP/s in any dtype: measured on this machine (the roofs), else a known GPU's
+    datasheet figure; with the words that say which."""
+    if ev.peaks is not None and ev.peaks.flops_per_s:
+        dtype, peak = max(ev.peaks.flops_per_s.items(), key=lambda item: item[1])
+        return peak, f"of this machine's best measured matmul rate ({dtype}, {peak / 1e12:.3g} TFLOP/s)"
+    name = ev.env.device_name if ev.env is not None else ""
+    published = published_peaks(name) if ev.on_cuda else None
+    if published is not None:
+        dtype, peak = max(published[0].items(), key=lambda item: item[1])
+        return peak, f"of the {name}'s dense {dtype} peak on its datasheet ({peak / 1e12:g} TFLOP/s)"
+    return None, "the device's peak is not in advisor's table" if ev.on_cuda else "the machine's roofs were not measured"

@@ -19,7 +19,9 @@ from advisor.evidence import (
     TargetInfo,
     Timing,
 )
+from advisor.evidence.memory_records import StepMemory
 from advisor.gathered import Gathered, ModelOutput, StageRecord
+from advisor.machine.peaks import MachinePeaks
 from advisor.records import build_validator
 from advisor.sandbox.supervisor import CaptureRun
 from advisor.trace.model import Trace
@@ -99,6 +101,10 @@ def build_evidence(run: CaptureRun, model_file: str,
         evidence.graph_error = outcome.error.message
     if (text := run.result("flops")) is not None:
         evidence.flops = FlopCount.model_validate_json(text)
+    if (text := run.result("peaks")) is not None:
+        evidence.peaks = MachinePeaks.model_validate_json(text)
+    if (text := run.result("memory")) is not None:
+        evidence.memory = StepMemory.model_validate_json(text)
     if (text := run.result("calls")) is not None:
         watched = json.loads(text)
         evidence.calls = [CallSite.model_validate(site) for site in watched["sites"]]

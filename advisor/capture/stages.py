@@ -18,7 +18,7 @@ from advisor.sandbox.registry import StagePlan, stage
 # (collect.TraceReadAhead): Dynamo's capture, mostly single-threaded Python, is not slowed by it, where the
 # FLOP count's multi-threaded kernels were (kernel_storm: 0.06 s alone, 0.8 s beside the parse).
 CAPTURE = StagePlan(modules=("advisor.capture.stages",),
-                    stages=("load", "env", "timing", "calls", "trace", "data", "flops", "graph", "routing"))
+                    stages=("load", "env", "timing", "calls", "trace", "data", "flops", "peaks", "memory", "graph", "routing"))
 UNTIMED_FROM = "graph"
 PROFILE_STEPS = 5
 UNLABELLED_STEPS = 2  # profiled before the labelled ones, for the profiler's own first-step cost (capture/profile.py)
@@ -159,6 +159,30 @@ def _flops(state: dict, progress: Callable[[str], None]) -> str:
     counted = count_flops(lambda: call_user("flops", target.path, "the model step", step),
                           forward if target.mode == "train" else None)
     return counted.model_dump_json()
+
+
+@stage("peaks")
+def _peaks(state: dict, progress: Callable[[str], None]) -> str:
+    """The machine's roofs, measured once per machine and cached (before the parent reads the trace beside)."""
+    from advisor.capture.calibrate import machine_peaks
+    from advisor.capture.env import device_name
+    from advisor.files.intercept import suspended
+
+    device = state["target"].device
+    with suspended():  # advisor's own cache, not the user's writes
+        return machine_peaks(device, device_name(device)).model_dump_json()
+
+
+@stage("memory", runs_the_step=True)
+def _memory(state: dict, progress: Callable[[str], None]) -> str:
+    """The step's memory by kind over a few steps of the warm copy, and a larger batch timed beside it."""
+    from advisor.capture.memory import measure_memory
+    from advisor.workload.target import call_user
+
+    target = state["target"]
+    step = warm_step(state)
+    measured = call_user("memory", target.path, "the model step", lambda: measure_memory(target, step, state.get("step_ms")))
+    return measured.model_dump_json()
 
 
 @stage("graph")

@@ -13,3 +13,5 @@ class CollectorPauses(Record):
     thresholds: list[int] = Field(default_factory=list, description="gc.get_threshold() at the window's end")
     enabled: bool = True
     frozen: int = Field(default=0, description="objects gc.freeze() had set aside")
+    survivors: list[dict] = Field(default_factory=list, description="where one warm-up step's objects that outlived "
+                                  "it were made: {file, line, objects}, most first")

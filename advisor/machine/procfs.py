@@ -156,3 +156,12 @@ def _field_kb(path: str, field: str) -> int | None:
     except (OSError, ValueError, IndexError):
         return None
     return None
+
+
+def thread_run_delay_s() -> float | None:
+    """Seconds the calling thread has waited on a run queue for a CPU (``/proc/thread-self/schedstat``'s second
+    field); None where it cannot be read."""
+    try:
+        return int(_text(f"{PROC}/thread-self/schedstat").split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return None

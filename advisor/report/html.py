@@ -30,6 +30,7 @@ _ENV.filters["short_path"] = short_path
 _ENV.filters["num"] = _number
 _ENV.filters["settling"] = settling_said
 _ENV.filters["pct"] = lambda v: "–" if v is None else f"{100 * v:.1f}%"
+_ENV.filters["mb"] = lambda v: "–" if v is None else f"{v / 2**20:,.3g} MB" if abs(v) < 1000 * 2**20 else f"{v / 2**30:,.3g} GB"
 
 
 def render_html(report: Report) -> str:
@@ -37,4 +38,7 @@ def render_html(report: Report) -> str:
         from advisor.report.latency_chart import latency_chart
 
         return _ENV.get_template("ready.html.j2").render(report=report, chart=latency_chart(report.readiness))
-    return _ENV.get_template("report.html.j2").render(report=report)
+    from advisor.report.roofline_chart import roofline_chart
+
+    chart = roofline_chart(report.roofline) if report.roofline is not None else None
+    return _ENV.get_template("report.html.j2").render(report=report, roofline_chart=chart)

@@ -55,9 +55,39 @@ def render_markdown(report: Report) -> str:
         lines += [f"| {r.rank} | {r.step_ms:.4g} | {r.data_wait_ms:.3g} | {_ms(r.comm_ms)} | {_ms(r.compute_ms)} |"
                   for r in report.ranks]
         lines.append("")
+    lines += _roofline(report) + _memory(report)
     lines += _files(report)
     lines.append(f"<sub>advisor {report.advisor_version} · {report.created}</sub>")
     return "\n".join(lines) + "\n"
+
+
+def _roofline(report: Report) -> list[str]:
+    if report.roofline is None or not report.roofline.operators:
+        return []
+    peaks = report.roofline.peaks
+    roofs = ", ".join(f"{dtype} {peak / 1e9:.3g} GFLOP/s" for dtype, peak in peaks.flops_per_s.items())
+    lines = ["<details><summary>Operators against this machine's roofline</summary>", "",
+             f"Roofs ({peaks.source}, {_escape(peaks.device)}): {roofs}; bandwidth {peaks.bandwidth_bytes_per_s / 1e9:.3g} GB/s.",
+             "", "| operator | where | ms / step | share | GFLOP/s | of its roof | bound |", "|---|---|---|---|---|---|---|"]
+    for op in report.roofline.operators:
+        where = f"`{short_path(op.file)}:{op.line}`" if op.file else "–"
+        lines.append(f"| `{op.op}`{' (backward)' if op.backward else ''} | {where} | {op.us_per_step / 1000:.3g} | "
+                     f"{op.share_of_step:.1%} | {op.achieved_flops_per_s / 1e9:.3g} | {op.efficiency:.0%} | {op.bound} |")
+    return lines + ["", "</details>", ""]
+
+
+def _memory(report: Report) -> list[str]:
+    memory = report.memory
+    if memory is None:
+        return []
+    kinds = ", ".join(f"{kind} {held / 2**20:.3g} MB" for kind, held in memory.at_peak.items())
+    lines = [f"Memory: peak {memory.peak_bytes / 2**20:.3g} MB ({kinds})"
+             + (f"; grows {memory.growth_bytes_per_step / 2**20:.3g} MB a step" if memory.growth_bytes_per_step > 0 else "")]
+    if memory.larger_batch is not None:
+        batch = memory.larger_batch
+        lines[-1] += (f"; a {batch.factor}x batch measured {batch.samples_per_s_ratio:.2f}x the samples/s "
+                      f"({batch.larger_step_ms:.3g} ms against {batch.step_ms:.3g} ms a step)")
+    return lines + [""]
 
 
 def _files(report: Report) -> list[str]:

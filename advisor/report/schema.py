@@ -21,11 +21,14 @@ from advisor.evidence import (
     TargetInfo,
     Timing,
 )
+from advisor.evidence.memory_records import StepMemory
 from advisor.files.account import FilesRecord
 from advisor.gathered import ModelOutput, StageRecord
+from advisor.machine.peaks import MachinePeaks
 from advisor.records import Field, Record
 from advisor.report.readiness import Readiness
 from advisor.rulekit.rule import Finding, Layer, RuleRun, Verification
+from advisor.trace.roofline import OperatorRate
 
 SCHEMA_VERSION = "1.0"
 
@@ -59,6 +62,15 @@ class TimelineBar(Record):
     category: str
     start: float = Field(description="offset from the step's start, as a share of the step")
     width: float = Field(description="duration as a share of the step")
+
+
+class Roofline(Record):
+    """The step's operator groups against this machine's roofs (``trace/roofline.py``), most time first."""
+
+    peaks: MachinePeaks
+    operators: list[OperatorRate] = Field(default_factory=list)
+    shown_share: float = Field(default=0.0, description="of the profiled step, the operators listed hold")
+    note: str = ""
 
 
 class Performance(Record):
@@ -118,6 +130,8 @@ class Report(Record):
     data: DataLoaderInfo | None = None
     flops: FlopCount | None = None
     performance: Performance | None = None
+    roofline: Roofline | None = Field(default=None, description="operators against the machine's measured roofs")
+    memory: StepMemory | None = Field(default=None, description="what the step holds in memory, by kind")
     findings: list[Finding] = Field(default_factory=list)
     errors: list[StageError] = Field(default_factory=list)
     stages: list[StageRecord] = Field(default_factory=list)

@@ -17,6 +17,12 @@ NEEDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "ddp": (lambda ev: ev.ddp is not None, "no DistributedDataParallel model was seen (a torchrun job)"),
     "collector": (lambda ev: ev.collector is not None and bool(ev.collector.per_step_ms),
                   "the garbage collector was not watched in the timed steps (advisor run watches it)"),
+    "step_log": (lambda ev: ev.step_log is not None and len(ev.step_log.judged()) >= 5,
+                 "fewer than five steps ran as the script runs alone (advisor run logs every step)"),
+    "memory": (lambda ev: ev.memory is not None and bool(ev.memory.step_end_bytes),
+               "the step's memory was not measured by kind (advisor audit measures it)"),
+    "peaks": (lambda ev: ev.peaks is not None and bool(ev.peaks.flops_per_s),
+              "the machine's roofs were not measured (advisor audit measures them once per machine)"),
     "ranks": (lambda ev: len(ev.ranks) >= 2, "fewer than two ranks' traces"),
     "cuda": (lambda ev: ev.on_cuda, "the run was not on a CUDA device, where what it judges costs time"),
 }

@@ -25,6 +25,7 @@ from advisor.evidence import (
 )
 from advisor.gathered import Gathered, ModelOutput, StageRecord
 from advisor.machine.collector_pauses import CollectorPauses
+from advisor.machine.step_log import StepLog
 from advisor.run.kinds import BACKWARD, FORWARD, MARKER, OPTIMIZER, PROFILER_STEP
 from advisor.run.launch import ScriptRun
 from advisor.sources import innermost_user_frame
@@ -140,6 +141,9 @@ def _primary_evidence(run: ScriptRun, script: str, timeout: float) -> tuple[Evid
         evidence.timing.conditions = MeasurementConditions.model_validate(window["conditions"])
     if window.get("collector"):
         evidence.collector = CollectorPauses.model_validate(window["collector"])
+    logged = (run.read("steps.json") or {}).get("steps") or window.get("step_log")  # --full: to the script's end
+    if logged:
+        evidence.step_log = StepLog.model_validate({"steps": logged})
     if window["data_wait_ms"] and any(window["data_wait_ms"]):
         notes.append(f"the loop waited {statistics.median(window['data_wait_ms']):.3g} ms per step for data "
                      "(median; the step time excludes it, the data rules judge it)")

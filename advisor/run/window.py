@@ -33,12 +33,14 @@ from advisor.files import intercept, stop
 from advisor.files.gate import GATE
 from advisor.files.intercept import suspended
 from advisor.run.collector import CollectorWatch
-from advisor.run.failures import distributed, watch_failures
+from advisor.run.failures import watch_failures
 from advisor.run.kinds import FORWARD, MARKER, OPTIMIZER, PROFILER_STEP, RANK
+from advisor.run.logged_steps import StepLog
 from advisor.run.profiled_steps import ProfiledSteps
-from advisor.run.step_contents import StepContents, step_reading
+from advisor.run.step_contents import StepContents
 from advisor.run.stopping import StopRequest
 from advisor.run.training_signs import TrainingSigns
+from advisor.run.window_end import WindowEnd
 from advisor.sources import direct_user_caller
 
 ROUTED_BATCHES = 4  # real batches fed again to a copy of the model to count tokens per expert
@@ -60,7 +62,7 @@ def prepare(spec_path: str) -> None:
     when_imported("torch", lambda torch: StepWindow(spec).install())
 
 
-class StepWindow(ProfiledSteps, TrainingSigns):
+class StepWindow(ProfiledSteps, TrainingSigns, WindowEnd):
     def __init__(self, spec: dict):
         self.out = spec["out_dir"]
         self.warmup = int(spec.get("warmup_steps", 3))
@@ -80,6 +82,7 @@ class StepWindow(ProfiledSteps, TrainingSigns):
 
         self.machine = Watch()
         self.collector = CollectorWatch()  # the garbage collector's passes inside each step, watched from now
+        self.log = StepLog()  # every step's time and what happened in it (step_log.py)
         self.profiler = None
         self.step_range = None
         self.annotator = None
@@ -135,6 +138,10 @@ class StepWindow(ProfiledSteps, TrainingSigns):
         self.contents.install(self._model_parameters)
         watch_loader_sites()
         self.ddp.install()
+        if not self.measure_only:
+            self.log.install()
+            if self.full:  # the steps after the window too, to the script's end
+                atexit.register(lambda: self.write("steps.json", {"steps": self.log.steps}))
         original_step = torch.profiler.profile.step
         window = self
 
@@ -257,7 +264,7 @@ class StepWindow(ProfiledSteps, TrainingSigns):
         if self.stop.pending and (self.kind is None or kind == self.kind):
             self.stop.at_step()
         if self.done:
-            return
+            return self._log_after_window(kind)
         GATE.boundary()
         if self.marker and kind != MARKER:
             if kind == OPTIMIZER and self.marker_watch is not None and self.marker_watch.own_step():
@@ -271,6 +278,7 @@ class StepWindow(ProfiledSteps, TrainingSigns):
             return
         self._synchronize()
         now = time.perf_counter()
+        self.log.step_ended(self, now)
         if self.hooks and kind != FORWARD and self.step_forwards:
             self.forwards_per_step = dict(self.step_forwards)
         self.step_forwards.clear()
@@ -279,7 +287,7 @@ class StepWindow(ProfiledSteps, TrainingSigns):
             self.evaluations += 1
             self.contents.restart()
             self.collector.step_ended(timed=False)
-            self.waiting, self.last, self.journal_spent = 0.0, time.perf_counter(), getattr(intercept.LAYER, "spent", 0.0)
+            self.waiting, self.last, self.journal_spent = 0.0, self.log.step_started(), getattr(intercept.LAYER, "spent", 0.0)
             return
         self.evaluating = False
         self.count += 1
@@ -288,6 +296,8 @@ class StepWindow(ProfiledSteps, TrainingSigns):
             self.count -= 1
             self.contents.discard_next()  # up to the new lead's next step is part of an iteration, not a whole one
             return
+        if not self.measure_only:
+            self.collector.trace_step(self.count, self.warmup)  # where a warm-up step's surviving objects are made
         if self.count >= self.warmup:
             self.contents.end_counting()
         if self.count == self.warmup:
@@ -317,7 +327,7 @@ class StepWindow(ProfiledSteps, TrainingSigns):
             self.finish(stopped=not self.full)
         self.waiting, self.journal_spent = 0.0, getattr(intercept.LAYER, "spent", 0.0)
         self.collector.step_ended(timed=False)  # a pass in advisor's own work between steps is no step's
-        self.last = time.perf_counter()
+        self.last = self.log.step_started()
 
     def _drop_forward_hooks(self) -> None:
         for hook in self.hooks:
@@ -337,64 +347,7 @@ class StepWindow(ProfiledSteps, TrainingSigns):
         self.data_wait_ms.clear()
         self.collector.restart()
 
-    def on_exit(self) -> None:
-        """The script ended before the window did: keep what was measured, and say so."""
-        if os.getpid() != self.owner or self.done:
-            return
-        if self.marker_watch is not None and not self.marker_watch.matched:
-            self.marker_watch.say_unmatched()
-        self.end_early()
-        self.finish(stopped=False, ended_early=True)
-
-    def end_early(self) -> None:
-        self._drop_profile()
-        if self.calls is not None:
-            watched = self.count - (self.warmup + self.steps + self.profile_steps)
-            if watched > 0:
-                self._write_calls(watched)
-            else:
-                self.calls.__exit__(None, None, None)
-                self.calls = None
-
-    def measured(self, stopped: bool, ended_early: bool = False) -> dict:
-        self.machine.stop()  # a script that ended within the timed steps: the conditions until then
-        return {"kind": self.kind, "steps_seen": self.count, "samples_ms": list(self.samples_ms),
-                "step": step_reading(self), "restarts_after_evaluation": self.restarts_after_evaluation,
-                "data_wait_ms": list(self.data_wait_ms), "stopped": stopped, "ended_early": ended_early,
-                "warmup_steps": self.warmup, "optimizers": len(self.optimizers), "distributed": distributed(),
-                "evaluations": self.evaluations, "collector": self.collector.measured(),
-                "conditions": self.machine.conditions.model_dump(mode="json") if self.machine.conditions else None}
-
-    def finish(self, stopped: bool, ended_early: bool = False, interrupted: bool = False) -> None:
-        """Write what the window measured (advisor's own files); when ``stopped``, end the process
-        here, at a step's end, once the script's writes are whole (``stop.stop_now``)."""
-        self.done = True
-        self.contents.end_counting()
-        self._drop_forward_hooks()  # the window is over (and Dynamo, capturing the graph, warns about global hooks)
-        measured = {**self.measured(stopped, ended_early), "interrupted": interrupted}
-        with suspended():
-            if not self.measure_only:
-                self.write("window.json", measured)  # first: describing takes seconds, and torchrun may stop a rank
-                if not interrupted or self.samples_ms:
-                    try:
-                        from advisor.run.describe_run import describe_run
-                        describe_run(self)
-                    except Exception as failure:  # noqa: BLE001 - what was measured is still written
-                        self.write("describe_error.json", {"message": f"{type(failure).__name__}: {failure}"})
-            extra = self.verification.summary() if self.verification is not None else {}
-            self.write("window.json", {**measured, **extra})
-        if stopped:
-            stop.stop_now(0, at_boundary=True)
-
     def _synchronize(self) -> None:
         torch = sys.modules["torch"]  # imported: the window is made once it is
         if torch.cuda.is_available() and torch.cuda.is_initialized():
             torch.cuda.synchronize()
-
-    def write(self, name: str, payload: dict) -> None:
-        path = os.path.join(self.out, name)
-        with suspended():
-            with open(path + ".tmp", "w", encoding="utf-8") as handle:
-                json.dump(payload, handle)
-            os.replace(path + ".tmp", path)
-

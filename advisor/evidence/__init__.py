@@ -8,18 +8,18 @@ when its stage failed or did not apply; rules must check before reading.
 from __future__ import annotations
 
 import linecache
-from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from advisor.evidence.graph_records import FlopCount, GraphBreak, GraphCapture, GraphNode  # noqa: F401 - shared from here
+from advisor.evidence.memory_records import StepMemory
 from advisor.machine.collector_pauses import CollectorPauses
+from advisor.machine.peaks import MachinePeaks
 from advisor.machine.state import MeasurementConditions
+from advisor.machine.step_log import StepLog
 from advisor.records import Field, Record
 from advisor.stats import fmean, median, percentile
 from advisor.trace.parse import Trace
 from advisor.trace.ranks import RankTrace
-
-if TYPE_CHECKING:
-    import networkx as nx
 
 SHARE_NOISE_FLOOR = 0.1  # a share measured over a few profiled steps moves at least this much (relative)
 
@@ -173,73 +173,6 @@ class Timing(Record):
         return len(self.samples_ms)
 
 
-class GraphNode(Record):
-    id: str
-    graph: int
-    op: str
-    target: str
-    args: list[str] = Field(default_factory=list, description="ids of the nodes this one reads")
-    shape: list[int] | None = None
-    stride: list[int] | None = None
-    dtype: str | None = None
-    contiguous: bool | None = None
-    channels_last: bool | None = None
-    device: str | None = None
-    constants: list[str] = Field(default_factory=list, description="non-tensor arguments, as short text")
-    module_path: str = ""
-    module_type: str = ""
-    file: str = ""
-    line: int = 0
-    code: str = ""
-    value_kind: str = Field(default="", description="for a model buffer: 'lower-triangular' or "
-                                                    "'upper-triangular' (a causal mask) when its values are")
-
-
-class GraphBreak(Record):
-    reason: str
-    file: str = ""
-    line: int = 0
-    code: str = ""
-    count: int = Field(default=1, description="times Dynamo broke here (once per traced frame)")
-
-
-class GraphCapture(Record):
-    """The model's forward as TorchDynamo saw it; nodes of all captured graphs."""
-
-    method: str = Field(default="dynamo", description="'dynamo' (the whole forward) or 'dynamo-submodules'")
-    graph_count: int = 0
-    nodes: list[GraphNode] = Field(default_factory=list)
-    breaks: list[GraphBreak] = Field(default_factory=list)
-    note: str = Field(default="", description="why the capture is partial, when it is")
-
-    @cached_property
-    def digraph(self) -> nx.DiGraph:
-        """Nodes keyed by id with their GraphNode under ``"node"``; edges run producer -> user."""
-        import networkx as nx  # graph rules only: a trace analysis should not pay its import
-
-        graph = nx.DiGraph()
-        for node in self.nodes:
-            graph.add_node(node.id, node=node)
-        for node in self.nodes:
-            for source in node.args:
-                if source in graph:
-                    graph.add_edge(source, node.id)
-        return graph
-
-    def calls(self) -> list[GraphNode]:
-        return [n for n in self.nodes if n.op in ("call_function", "call_method", "call_module")]
-
-
-class FlopCount(Record):
-    """FLOPs of one whole step (forward, and backward in training), by operator."""
-
-    total: int = 0
-    by_op: dict[str, int] = Field(default_factory=dict)
-    method: str = Field(default="step", description="'step' (counted), 'forward x3' (a training step estimated "
-                                                    "from its forward: backward ~ 2x forward) or 'none'")
-    note: str = Field(default="", description="why the whole step could not be counted, when it could not")
-
-
 class DataLoaderInfo(Record):
     loader_class: str = ""
     batch_size: int | None = None
@@ -357,11 +290,13 @@ class Evidence(Record):
     flops: FlopCount | None = None
     calls: list[CallSite] | None = Field(default=None, description="watched API calls; None when not captured")
     routing: list[RoutingGroup] | None = None
-    ranks: list[RankTrace] = Field(default_factory=list, description="every rank's trace, reduced to what the "
-                                                                   "rank-aware rules read (offline, or a torchrun job)")
+    ranks: list[RankTrace] = Field(default_factory=list, description="every rank's trace, reduced for rank-aware rules")
     rank_summaries: list[RankSummary] = Field(default_factory=list, description="per rank of a torchrun job")
     ddp: DDPInfo | None = None
     collector: CollectorPauses | None = Field(default=None, description="the garbage collector in the timed steps")
+    step_log: StepLog | None = Field(default=None, description="every step of an advisor run, what was in it")
+    peaks: MachinePeaks | None = Field(default=None, description="the machine's measured roofs: matmul FLOP/s, bandwidth")
+    memory: StepMemory | None = Field(default=None, description="what the step holds in memory, by kind")
 
     def call_sites(self, *apis: str, runtime: bool | None = None) -> list[CallSite]:
         """Watched calls of these APIs (only those seen running, with ``runtime=True``)."""

@@ -1,0 +1,127 @@
+"""The machine's roofs, measured: the best matmul FLOP/s per dtype and the best copy bandwidth of the device
+the step runs on (``machine/peaks.py`` says what they are for).
+
+Square matmuls grow from 256 until one takes MATMUL_LONG_S (or 4096): small ones are launch- and cache-bound,
+the largest the machine's best. Each size is run once to warm, then repeated for REPEAT_S, its best run kept; a
+copy of COPY_BYTES (far beyond any cache) gives the bandwidth, read and write counted. On a GPU CUDA events time
+them. The result is cached per device, torch version and thread count (``ADVISOR_CACHE_DIR``, else
+``~/.cache/advisor``): the next audit on this machine reads it in milliseconds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Callable
+
+import torch
+
+from advisor.machine.peaks import MachinePeaks, published_peaks
+
+MATMUL_LONG_S = 0.01
+LARGEST_SIDE = 4096
+REPEAT_S = 0.05
+COPY_BYTES = 64 * 2**20
+CACHE_FILE = "peaks.json"
+
+
+def machine_peaks(device: torch.device, device_name: str) -> MachinePeaks:
+    """This machine's roofs for ``device``: cached when measured before with the same torch and threads."""
+    key = f"{device_name}|torch {torch.__version__}|threads {torch.get_num_threads()}"
+    cached = _read_cache().get(key)
+    if cached is not None:
+        return MachinePeaks.model_validate({**cached, "source": "cached", "seconds": 0.0})
+    began = time.perf_counter()
+    dtypes = ["float32", "bfloat16"]
+    if device.type == "cuda":
+        dtypes.append("float16")
+    flops = {dtype: _best_matmul_rate(device, getattr(torch, dtype)) for dtype in dtypes}
+    if device.type == "cuda" and torch.cuda.get_device_capability(device) >= (8, 0):
+        previous = torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = True
+        try:
+            flops["tf32"] = _best_matmul_rate(device, torch.float32)
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = previous
+    published = published_peaks(device_name) if device.type == "cuda" else None
+    peaks = MachinePeaks(device=device_name, flops_per_s={k: round(v) for k, v in flops.items()},
+                         bandwidth_bytes_per_s=round(copy_bandwidth(device)), threads=torch.get_num_threads(),
+                         torch_version=torch.__version__, published_flops_per_s=published[0] if published else {},
+                         published_bandwidth_bytes_per_s=published[1] if published else 0.0,
+                         seconds=round(time.perf_counter() - began, 3))
+    _write_cache(key, peaks)
+    return peaks
+
+
+def _best_matmul_rate(device: torch.device, dtype: torch.dtype) -> float:
+    best, side = 0.0, 256
+    while side <= LARGEST_SIDE:
+        rate = matmul_rate(device, dtype, side)
+        best = max(best, rate)
+        if 2 * side**3 / rate >= MATMUL_LONG_S:
+            break
+        side *= 2
+    return best
+
+
+def matmul_rate(device: torch.device, dtype: torch.dtype, side: int) -> float:
+    """FLOP/s of the best run of a ``side``-square matmul in ``dtype``."""
+    a = torch.randn(side, side, device=device).to(dtype)
+    b = torch.randn(side, side, device=device).to(dtype)
+    return 2 * side**3 / best_seconds(lambda: torch.mm(a, b), device)
+
+
+def copy_bandwidth(device: torch.device) -> float:
+    """Bytes/s of the best copy of COPY_BYTES (read and written)."""
+    source = torch.ones(COPY_BYTES // 4, device=device)
+    target = torch.empty_like(source)
+    return 2 * COPY_BYTES / best_seconds(lambda: target.copy_(source), device)
+
+
+def best_seconds(work: Callable[[], object], device: torch.device) -> float:
+    """The fastest of the runs of ``work`` within REPEAT_S (three at the least), after one to warm."""
+    work()
+    runs: list[float] = []
+    began = time.perf_counter()
+    while len(runs) < 3 or time.perf_counter() - began < REPEAT_S:
+        if device.type == "cuda":
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            work()
+            end.record()
+            end.synchronize()
+            runs.append(start.elapsed_time(end) / 1000)
+        else:
+            once = time.perf_counter()
+            work()
+            runs.append(time.perf_counter() - once)
+    return max(min(runs), 1e-9)
+
+
+def _cache_path() -> str:
+    folder = os.environ.get("ADVISOR_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "advisor")
+    return os.path.join(folder, CACHE_FILE)
+
+
+def _read_cache() -> dict:
+    try:
+        with open(_cache_path(), encoding="utf-8") as handle:
+            return json.load(handle)
+    except (OSError, ValueError):
+        return {}
+
+
+def _write_cache(key: str, peaks: MachinePeaks) -> None:
+    """Added to the cache file atomically (audits running side by side each write a whole file); a cache that
+    cannot be written only means measuring again next time."""
+    path = _cache_path()
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        cached = {**_read_cache(), key: peaks.model_dump(mode="json", exclude={"source", "seconds"})}
+        temporary = f"{path}.{os.getpid()}.tmp"
+        with open(temporary, "w", encoding="utf-8") as handle:
+            json.dump(cached, handle, indent=1)
+        os.replace(temporary, path)
+    except OSError:
+        pass

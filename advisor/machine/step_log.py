@@ -1,0 +1,89 @@
+"""Every step of an ``advisor run``, as the script's process logged it (``run/step_log.py``): the steps that stand
+out from the rest and what was in them, and a step time that creeps up through the run.
+
+Only the steps that ran as the script runs alone are judged: the timed ones and, under ``--full``, those after the
+window (the warm-up's first steps are slow by nature, and the profiled and watched ones carry advisor's own work).
+A step is an outlier when it exceeds the typical (median) step by half of it and by four robust deviations; its
+cause is whatever was in it above what a typical step holds: the collector's passes, the wait for data, a save,
+the thread waiting for a CPU other processes held, an evaluation, Dynamo compiling; what none of these explains is
+said to be unexplained.
+"""
+
+from __future__ import annotations
+
+from advisor.records import Field, Record
+from advisor.stats import median, rank_correlation
+
+JUDGED_PHASES = ("timed", "after")
+OUTLIER_OVER_MEDIAN = 0.5  # an outlier exceeds the median step by at least half of it ...
+OUTLIER_DEVIATIONS = 4.0  # ... and by this many robust deviations (1.4826 x the median absolute deviation)
+DRIFT_STEPS = 20  # a rise over fewer steps may be a state filling up to its bound (L-BFGS's history)
+EXPLAINS = 0.3  # a timed cause explains an outlier when it holds this share of the step's excess
+TIMED_CAUSES = (("collector_ms", "garbage collection"), ("data_wait_ms", "waiting for data"),
+                ("save_ms", "torch.save"), ("cpu_wait_ms", "another process held the CPU"))
+
+
+class LoggedStep(Record):
+    step: int
+    phase: str = Field(description="warm-up | timed | profiled | watched | after (advisor's part in the step)")
+    ms: float = Field(description="the step's wall time, its wait for data included")
+    data_wait_ms: float = 0.0
+    collector_ms: float = 0.0
+    save_ms: float = 0.0
+    cpu_wait_ms: float | None = Field(default=None, description="the step's thread waiting for a CPU held elsewhere")
+    compiled_frames: int = 0
+    evaluation: bool = False
+
+
+class Outlier(Record):
+    step: int
+    ms: float
+    excess_ms: float = Field(description="above the median step")
+    causes: list[str] = Field(default_factory=list, description="what explains the excess, largest first")
+
+
+class StepLog(Record):
+    steps: list[LoggedStep] = Field(default_factory=list)
+
+    def judged(self) -> list[LoggedStep]:
+        return [step for step in self.steps if step.phase in JUDGED_PHASES]
+
+    def typical(self, quantity: str = "ms") -> float:
+        values = [getattr(step, quantity) or 0.0 for step in self.judged()]
+        return median(values) if values else 0.0
+
+    def outliers(self) -> list[Outlier]:
+        """The judged steps far above the typical one, each with its causes."""
+        judged = self.judged()
+        if len(judged) < 5:
+            return []
+        typical = self.typical()
+        spread = 1.4826 * median([abs(step.ms - typical) for step in judged])
+        bar = typical + max(OUTLIER_OVER_MEDIAN * typical, OUTLIER_DEVIATIONS * spread)
+        usual = {quantity: self.typical(quantity) for quantity, _ in TIMED_CAUSES}
+        return [Outlier(step=step.step, ms=step.ms, excess_ms=round(step.ms - typical, 4),
+                        causes=_causes(step, step.ms - typical, usual)) for step in judged if step.ms > bar]
+
+    def drift(self) -> tuple[float, float, float] | None:
+        """Over the judged steps: (the rank correlation of step time with step number, the last quarter's median
+        over the first quarter's, the last quarter's over the third's: still rising at the end, or levelled off);
+        None with fewer than DRIFT_STEPS."""
+        judged = self.judged()
+        if len(judged) < DRIFT_STEPS:
+            return None
+        times = [step.ms for step in judged]
+        quarter = len(times) // 4
+        first, third, last = median(times[:quarter]), median(times[-2 * quarter:-quarter]), median(times[-quarter:])
+        return rank_correlation(times), last / first if first > 0 else 1.0, last / third if third > 0 else 1.0
+
+
+def _causes(step: LoggedStep, excess_ms: float, usual: dict[str, float]) -> list[str]:
+    timed = sorted(((max(0.0, (getattr(step, quantity) or 0.0) - usual[quantity]), name)
+                    for quantity, name in TIMED_CAUSES), reverse=True)
+    causes = [f"{name} ({extra:.3g} ms)" for extra, name in timed if excess_ms > 0 and extra >= EXPLAINS * excess_ms]
+    if step.evaluation:
+        causes.append("an evaluation pass")
+    if step.compiled_frames:
+        causes.append(f"Dynamo compiled {step.compiled_frames} frame(s) (a recompilation)")
+    return causes or ["unexplained: no collector pass, data wait, save, other process, evaluation or compilation "
+                      "above a typical step's"]

@@ -1,0 +1,90 @@
+"""Every step of an audited script, in the script's process: what each took and what happened in it.
+
+The window times a few steps alike; a step that stands out (a checkpoint, an evaluation, a full pass of the
+garbage collector, a recompilation, a wait for data, another process on the CPUs) is what the user sees as a
+stall. Each step's end records, from the step's start (the previous step's end, advisor's own work between the
+two left out): its wall time with the wait for data, that wait, the collector's passes, the time in
+``torch.save``, Dynamo's frames compiled, the time the step's thread waited for a CPU other processes held
+(``/proc/thread-self/schedstat``), whether it held an evaluation, and what advisor did in it (warm-up,
+timed, profiled, watched): the ``step-outliers`` and ``step-drift`` rules read it. With ``--full`` the steps
+after the window are recorded too, to the script's end.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+from advisor.machine.procfs import thread_run_delay_s
+
+MOST_STEPS = 100_000  # a long run's log stops growing here (a few MB of window.json)
+
+
+class StepLog:
+    def __init__(self) -> None:
+        self.steps: list[dict[str, Any]] = []
+        self.saving_s = 0.0
+        self.waited_at_start = thread_run_delay_s()
+        self.compiled_at_start = 0
+        self.started: float | None = None
+        self.number = 0  # steps of the window's kind ended so far, evaluations among them
+
+    def install(self) -> None:
+        """``torch.save`` timed (the script's saves, wherever it calls them from)."""
+        import torch
+
+        original, log = torch.save, self
+
+        def timed_save(*args, **kwargs):
+            began = time.perf_counter()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                log.saving_s += time.perf_counter() - began
+        torch.save = timed_save
+
+    def step_started(self) -> float:
+        """The step's counters from here (advisor's own work between steps is not the step's); its clock."""
+        self.saving_s = 0.0
+        self.waited_at_start = thread_run_delay_s()
+        self.compiled_at_start = _frames_compiled()
+        self.started = time.perf_counter()
+        return self.started
+
+    def step_ended(self, window: Any, now: float) -> None:
+        """A step of the window's kind ended at ``now`` (``window.StepWindow``, before it counts the step)."""
+        self.number += 1
+        if self.started is None or len(self.steps) >= MOST_STEPS:
+            return  # the first step: its start is not known
+        from advisor.files import intercept
+
+        kept = getattr(intercept.LAYER, "spent", 0.0) - window.journal_spent  # advisor's copies of changed files
+        waited = thread_run_delay_s()
+        self.steps.append({
+            "step": self.number, "phase": _phase(window), "ms": round((now - self.started - kept) * 1000, 4),
+            "data_wait_ms": round(window.waiting * 1000, 4), "collector_ms": round(window.collector.step_ms, 4),
+            "save_ms": round(self.saving_s * 1000, 4),
+            "cpu_wait_ms": round(max(0.0, waited - self.waited_at_start) * 1000, 4) if waited is not None
+            and self.waited_at_start is not None else None,
+            "compiled_frames": _frames_compiled() - self.compiled_at_start, "evaluation": bool(window.evaluating)})
+
+
+def _phase(window: Any) -> str:
+    """What advisor did in the step: only ``timed`` and ``after`` steps run as the script runs alone."""
+    if window.done:
+        return "after"
+    number = window.count + 1
+    if number <= window.warmup:
+        return "warm-up"
+    if number <= window.warmup + window.steps:
+        return "timed"
+    return "profiled" if number <= window.warmup + window.steps + window.profile_steps else "watched"
+
+
+def _frames_compiled() -> int:
+    """Frames Dynamo compiled so far (0 where it was never imported: no compile then)."""
+    dynamo_utils = sys.modules.get("torch._dynamo.utils")
+    if dynamo_utils is None:
+        return 0
+    return int(sum(dynamo_utils.counters.get("frames", {}).get(key, 0) for key in ("ok",)))

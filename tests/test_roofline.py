@@ -1,0 +1,140 @@
+"""The roofline: the machine's roofs measured and cached (capture/calibrate.py), each operator group's work from
+its recorded shapes against them (trace/roofline.py), the below-roof rule, and the report's chart and table.
+Over the saved evidence of real audits: gpt_block (its matmuls near their roof) and narrow_heads (attention split
+into heads of 4 dimensions, far below it)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from advisor.assembly.build import assemble_report
+from advisor.gathered import Gathered
+from advisor.machine.peaks import MachinePeaks, published_peaks
+from advisor.report.html import render_html
+from advisor.report.markdown import render_markdown
+from advisor.report.roofline_chart import roofline_chart
+from advisor.rulekit.engine import RuleConfig, run_rules
+from advisor.trace.model import ShapedOp
+from advisor.trace.roofline import op_work, operator_rates
+from conftest import SAMPLES
+from devkit.saved_evidence import saved_evidence
+
+RULES = RuleConfig.load()
+PEAKS = MachinePeaks(device="test CPU", flops_per_s={"float32": 100e9, "bfloat16": 400e9}, bandwidth_bytes_per_s=10e9)
+
+
+def _op(name: str, dims: list, types: list | None = None, constants: list | None = None) -> ShapedOp:
+    types = types or ["float"] * len(dims)
+    return ShapedOp(name=name, ts=0.0, dur=10.0, tid=1, input_dims=dims, input_types=types,
+                    concrete_inputs=constants or [""] * len(dims))
+
+
+def test_the_work_of_an_operator_comes_from_its_input_shapes():
+    assert op_work(_op("aten::mm", [[64, 32], [32, 16]])) == (2 * 64 * 32 * 16, (64 * 32 + 32 * 16 + 64 * 16) * 4, "float32")
+    flops, moved, dtype = op_work(_op("aten::addmm", [[16], [64, 32], [32, 16], [], []],
+                                      ["c10::BFloat16"] * 3 + ["Scalar", "Scalar"]))
+    assert flops == 2 * 64 * 32 * 16 + 64 * 16 and moved == (16 + 64 * 32 + 32 * 16 + 64 * 16) * 2 and dtype == "bfloat16"
+    assert op_work(_op("aten::bmm", [[8, 4, 5], [8, 5, 6]]))[0] == 2 * 8 * 4 * 5 * 6
+    attention = op_work(_op("aten::_scaled_dot_product_flash_attention_for_cpu", [[2, 4, 128, 32]] * 3))
+    assert attention[0] == 2 * 2 * 4 * 128 * 128 * (32 + 32)
+    backward = op_work(_op("aten::_scaled_dot_product_flash_attention_for_cpu_backward", [[2, 4, 128, 32]] * 4))
+    assert backward[0] == 2 * attention[0]
+    # a 3x3 convolution, stride 1, padding 1: the output keeps the input's 8x8
+    conv = _op("aten::convolution", [[1, 3, 8, 8], [16, 3, 3, 3], [16], [], [], [], [], [], []],
+               ["float"] * 3 + ["ScalarList"] * 3 + ["Scalar", "ScalarList", "Scalar"],
+               ["", "", "", "[1, 1]", "[1, 1]", "[1, 1]", "False", "[0, 0]", "1"])
+    assert op_work(conv)[0] == 2 * (1 * 16 * 8 * 8) * (3 * 3 * 3)
+    assert op_work(_op("aten::gelu", [[10, 20], []], ["float", ""]))[:2] == (200, 200 * 4 * 2)
+    assert op_work(_op("aten::copy_", [[10, 20], [10, 20]]))[0] == 0  # it moves, it does not compute
+    assert op_work(_op("aten::add", [[], []], ["Scalar", "Scalar"])) is None  # no tensor
+
+
+def test_each_operator_group_of_the_recorded_gpt_is_held_to_its_roof():
+    evidence = saved_evidence("gpt_block")
+    assert evidence.peaks is not None and evidence.peaks.flops_per_s["float32"] > 0
+    rates = operator_rates(evidence.trace, evidence.peaks)
+    mlp = [r for r in rates if r.op == "aten::addmm" and r.line == _line("gpt_block", "return x + self.mlp(")]
+    assert mlp and mlp[0].bound == "compute" and 0.05 < mlp[0].efficiency <= 1.0
+    assert mlp[0].roof_flops_per_s == min(evidence.peaks.flops_for("float32"), mlp[0].intensity * evidence.peaks.bandwidth_bytes_per_s)
+    backward = [r for r in rates if r.backward and r.op == "aten::mm"]
+    assert backward and all(r.line for r in backward)  # a backward at its forward's line
+    assert 0.3 < sum(r.share_of_step for r in rates) <= 1.0
+    assert rates == sorted(rates, key=lambda r: r.us_per_step, reverse=True)
+
+
+def _line(sample: str, text: str) -> int:
+    lines = (SAMPLES / f"{sample}.py").read_text(encoding="utf-8").splitlines()
+    return next(number for number, line in enumerate(lines, 1) if text in line)
+
+
+def test_narrow_attention_heads_are_far_below_their_roof_and_said_why():
+    [finding] = [f for f in RULES.run(saved_evidence("narrow_heads"))[0] if f.slug == "below-roof"]
+    assert finding.evidence["efficiency"] < 0.25 and finding.evidence["share_of_step"] >= 0.1
+    assert "heads have 4 dimensions each" in finding.message and "of 64 dimensions" in finding.fix.summary
+
+
+def test_below_roof_is_silent_on_matmuls_near_their_roof_and_not_run_without_roofs():
+    runs = []
+    findings, _ = run_rules(RULES.ruleset, saved_evidence("gpt_block"), runs=runs)
+    [run] = [r for r in runs if r.slug == "below-roof"]
+    assert "below-roof" not in {f.slug for f in findings} and run.status == "silent" and run.margin.value > 0.25
+    runs = []
+    run_rules(RULES.ruleset, saved_evidence("gpt_block").model_copy(update={"peaks": None}), runs=runs)
+    assert [r.status for r in runs if r.slug == "below-roof"] == ["not run"]
+
+
+def test_a_narrow_product_with_no_share_of_the_step_is_not_a_finding():
+    evidence = saved_evidence("narrow_heads")
+    slower_peaks = evidence.peaks.model_copy(update={"flops_per_s": {"float32": 1e6}})  # every operator at its roof
+    assert "below-roof" not in {f.slug for f in RULES.run(evidence.model_copy(update={"peaks": slower_peaks}))[0]}
+
+
+def test_the_report_carries_the_roofline_in_json_html_and_markdown():
+    report = assemble_report(Gathered(evidence=saved_evidence("gpt_block")), RULES)
+    roofline = json.loads(report.model_dump_json())["roofline"]
+    assert roofline["peaks"]["flops_per_s"]["float32"] > 0 and roofline["operators"][0]["achieved_flops_per_s"] > 0
+    chart = roofline_chart(report.roofline)
+    plotted = [r for r in report.roofline.operators if r.intensity]
+    assert len(chart.points) == len(plotted) and len(chart.roofs) == len(report.roofline.peaks.flops_per_s)
+    assert all(chart.left <= p.x <= chart.right and chart.top <= p.y <= chart.bottom for p in chart.points)
+    page = render_html(report)
+    assert 'class="chart roofline"' in page and page.count('class="operator"') == len(plotted)
+    assert "Operators against this machine's roofline" in render_markdown(report)
+
+
+def test_the_roofs_are_measured_once_and_then_read_from_the_cache(tmp_path, monkeypatch):
+    from advisor.capture.calibrate import machine_peaks
+
+    monkeypatch.setenv("ADVISOR_CACHE_DIR", str(tmp_path))
+    measured = machine_peaks(torch.device("cpu"), "test CPU")
+    assert measured.source == "measured" and measured.seconds > 0 and measured.threads == torch.get_num_threads()
+    assert measured.flops_per_s["float32"] > 1e8 and measured.bandwidth_bytes_per_s > 1e8
+    again = machine_peaks(torch.device("cpu"), "test CPU")
+    assert again.source == "cached" and again.flops_per_s == measured.flops_per_s
+    assert list(json.loads((tmp_path / "peaks.json").read_text())) == [
+        f"test CPU|torch {torch.__version__}|threads {torch.get_num_threads()}"]
+
+
+def test_published_peaks_name_the_gpu_by_its_most_specific_key():
+    assert published_peaks("NVIDIA H100 PCIe")[1] == 2.0e12
+    assert published_peaks("NVIDIA H100 80GB HBM3")[1] == 3.35e12
+    assert published_peaks("NVIDIA A100-SXM4-80GB")[1] == 2.039e12
+    assert published_peaks("Intel(R) Xeon(R) Platinum") is None
+
+
+@pytest.mark.slow
+def test_an_audit_of_the_gpt_sample_carries_its_roofline_and_memory(tmp_path):
+    from advisor.commands.audit import AuditOptions, run_audit
+
+    result = run_audit(AuditOptions(model_file=str(SAMPLES / "gpt_block.py"), out_dir=str(tmp_path), verify=False))
+    for suffix in ("json", "html"):
+        result.report.save(str(tmp_path / f"gpt_block.{suffix}"))
+    saved = json.loads((tmp_path / "gpt_block.json").read_text())
+    assert saved["roofline"]["peaks"]["source"] in ("measured", "cached") and saved["roofline"]["operators"]
+    assert {"parameters", "optimizer state", "activations"} <= set(saved["memory"]["most"])
+    page = (tmp_path / "gpt_block.html").read_text()
+    assert 'id="roofline"' in page and 'id="memory"' in page
+    assert result.report.memory.larger_batch is None or result.report.memory.larger_batch.samples_per_s_ratio > 0

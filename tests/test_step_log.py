@@ -1,0 +1,169 @@
+"""Every step of an advisor run, logged in the script's process (run/step_log.py), and the two rules that read the
+log: step-outliers (the steps far above the typical one, with their causes) and step-drift (a step time that rises
+through the run). Fired on recorded runs of the samples that have them, silent on the clean trainer's."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from advisor.evidence import Evidence, TargetInfo, Timing
+from advisor.machine.collector_pauses import CollectorPauses
+from advisor.machine.step_log import LoggedStep, StepLog
+from advisor.rulekit.engine import load_rules, run_rules
+from advisor.run.collector import CollectorWatch
+from advisor.run.logged_steps import StepLog as ScriptStepLog
+from conftest import SAMPLES
+from devkit.saved_evidence import relocated
+
+RULES = load_rules()
+RECORDED = Path(__file__).parent / "data" / "runs"  # python tests/record_evidence.py --runs
+# the run rules' positives: real advisor runs of samples/scripts (tests/test_rules_on_evidence.py)
+RECORDED_RUN_POSITIVES = {"gc-pauses": "gc_records", "step-outliers": "gc_records", "step-drift": "growing_history"}
+
+
+def recorded_run(script: str) -> Evidence:
+    recorded = json.loads(relocated((RECORDED / f"{script}.json").read_text(encoding="utf-8")))
+    return Evidence(target=TargetInfo(model_file=f"{script}.py", mode="train"),
+                    timing=Timing.of_samples(recorded["samples_ms"], "perf_counter", 3),
+                    collector=CollectorPauses.model_validate(recorded["collector"]),
+                    step_log=StepLog.model_validate(recorded["step_log"]))
+
+
+def _run(evidence: Evidence, slug: str):
+    runs = []
+    findings, problems = run_rules(RULES, evidence, runs=runs)
+    assert problems == []
+    [run] = [r for r in runs if r.slug == slug]
+    return [f for f in findings if f.slug == slug], run
+
+
+def _logged(times: list[float], phase: str = "timed", **per_step: list) -> Evidence:
+    steps = [LoggedStep(step=i + 4, phase=phase, ms=ms, **{k: v[i] for k, v in per_step.items()})
+             for i, ms in enumerate(times)]
+    return Evidence(target=TargetInfo(model_file="/w/train.py", mode="train"),
+                    timing=Timing.of_samples(times, "perf_counter", 3), step_log=StepLog(steps=steps))
+
+
+@pytest.mark.parametrize("script,slug", sorted((script, slug) for slug, script in RECORDED_RUN_POSITIVES.items()))
+def test_each_recorded_positive_fires_and_the_clean_trainer_does_not(script, slug):
+    [finding], run = _run(recorded_run(script), slug)
+    assert run.status == "fired" and finding.impact > 0
+    findings, run = _run(recorded_run("clean_train"), slug)
+    assert findings == [] and run.status == "silent"
+
+
+def test_the_recorded_collector_pass_is_the_outlier_and_its_cause():
+    [finding], _ = _run(recorded_run("gc_records"), "step-outliers")
+    slowest = max(finding.evidence["outliers"], key=lambda o: o["ms"])
+    assert slowest["causes"][0].startswith("garbage collection")
+    assert f"step {slowest['step']} " in finding.message and slowest["ms"] > 10 * finding.evidence["typical_step_ms"]
+
+
+def test_the_recorded_growing_history_drifts_with_its_own_work():
+    [finding], _ = _run(recorded_run("growing_history"), "step-drift")
+    assert finding.evidence["rank_correlation"] >= 0.6 and finding.evidence["last_over_first_quarter"] >= 1.2
+    assert finding.evidence["grew_with"] == [] and "the step's own work" in finding.message
+
+
+def test_each_cause_is_named_where_it_explains_the_excess():
+    times = [10.0] * 16 + [40.0, 30.0, 25.0, 31.0]
+    evidence = _logged(times, collector_ms=[0.2] * 16 + [29.0, 0.2, 0.2, 0.2], save_ms=[0.0] * 17 + [19.0, 0, 0],
+                       evaluation=[False] * 18 + [True, False], compiled_frames=[0] * 19 + [2])
+    [finding], _ = _run(evidence, "step-outliers")
+    causes = {o["step"]: o["causes"] for o in finding.evidence["outliers"]}
+    assert causes[20][0].startswith("garbage collection") and causes[21][0].startswith("torch.save")
+    assert causes[22] == ["an evaluation pass"] and "recompilation" in causes[23][0]
+    assert finding.severity.value == "medium"  # (30 + 20 + 15 + 21) / 286 of the steps' time
+
+
+def test_outliers_only_another_process_explains_are_listed_but_not_a_finding():
+    times = [10.0] * 18 + [30.0, 30.0]
+    findings, run = _run(_logged(times, cpu_wait_ms=[0.0] * 18 + [19.0, 19.0]), "step-outliers")
+    assert findings == [] and run.status == "silent" and "2 outlier step(s)" in run.why
+
+
+def test_a_wait_for_data_only_at_the_start_is_listed_but_not_a_finding():
+    times = [10.0] * 20
+    waits = [0.0] * 20
+    times[1], waits[1] = 30.0, 19.0  # the loader's workers filling their queue
+    findings, run = _run(_logged(times, data_wait_ms=waits), "step-outliers")
+    assert findings == [] and "1 outlier step(s)" in run.why
+    times[15], waits[15] = 30.0, 19.0  # ... and again later: the loader falls behind
+    [finding], _ = _run(_logged(times, data_wait_ms=waits), "step-outliers")
+    assert finding.evidence["share_of_steps"] == pytest.approx(40 / 240, abs=1e-3)
+
+
+def test_steady_steps_and_advisors_own_steps_are_not_outliers():
+    findings, run = _run(_logged([10.0, 10.4, 9.8, 10.1, 10.3, 9.9] * 3), "step-outliers")
+    assert findings == [] and run.margin.value == 0
+    profiled = _logged([10.0] * 8)
+    profiled.step_log.steps += [LoggedStep(step=12, phase="profiled", ms=400.0), LoggedStep(step=1, phase="warm-up", ms=900.0)]
+    assert _run(profiled, "step-outliers")[0] == []
+
+
+def test_drift_names_the_part_of_the_step_that_grew():
+    times = [10.0 + i for i in range(20)]
+    [finding], _ = _run(_logged(times, collector_ms=[0.9 * i for i in range(20)]), "step-drift")
+    assert finding.evidence["grew_with"][0].startswith("the garbage collector's passes")
+    noisy = [10.0, 10.5, 9.8, 10.2, 10.1, 9.9, 10.3, 10.0, 10.4, 9.7, 10.2, 10.1, 9.9, 10.6, 10.0, 10.2]
+    assert _run(_logged(noisy), "step-drift")[0] == []
+    findings, run = _run(_logged(times[:12]), "step-drift")  # too few steps to say
+    assert findings == [] and "fewer than the 20" in run.why
+    filled = [10.0 + min(i, 10) for i in range(24)]  # a state that grows to its bound, then holds (L-BFGS's history)
+    findings, run = _run(_logged(filled), "step-drift")
+    assert findings == [] and run.status == "silent"
+
+
+class _Window:
+    """What the step log reads of the window (run/window.py) between two steps."""
+
+    def __init__(self) -> None:
+        self.collector = CollectorWatch()
+        self.count, self.warmup, self.steps, self.profile_steps = 0, 3, 20, 3
+        self.waiting, self.journal_spent, self.evaluating, self.done = 0.0, 0.0, False, False
+
+
+def test_the_script_side_log_times_each_step_and_its_saves(tmp_path):
+    log, window = ScriptStepLog(), _Window()
+    saved_before = torch.save
+    try:
+        log.install()
+        log.step_ended(window, 0.0)  # the first step: its start is not known
+        log.step_started()
+        window.waiting = 0.002
+        torch.save({"w": torch.zeros(1000)}, tmp_path / "w.pt")
+        log.step_ended(window, __import__("time").perf_counter())
+    finally:
+        torch.save = saved_before
+        window.collector.remove()
+    [step] = log.steps
+    assert step["step"] == 2 and step["phase"] == "warm-up" and step["data_wait_ms"] == 2.0
+    assert 0 < step["save_ms"] <= step["ms"] and step["compiled_frames"] == 0
+    assert step["cpu_wait_ms"] is None or step["cpu_wait_ms"] >= 0
+
+
+@pytest.mark.slow
+def test_advisor_run_lists_the_outlier_step_of_a_trainer_that_keeps_its_records_with_its_cause(tmp_path):
+    from advisor.commands.run import RunOptions, run_script
+
+    script = SAMPLES / "scripts" / "gc_records.py"
+    report = run_script(RunOptions(command=(sys.executable, str(script)), out_dir=str(tmp_path), verify=False)).report
+    [finding] = [f for f in report.findings if f.slug == "step-outliers"]
+    assert any(o["causes"][0].startswith("garbage collection") for o in finding.evidence["outliers"])
+
+
+@pytest.mark.slow
+def test_advisor_run_places_the_drift_of_a_growing_history_at_its_line(tmp_path):
+    from advisor.commands.run import RunOptions, run_script
+
+    script = SAMPLES / "scripts" / "growing_history.py"
+    report = run_script(RunOptions(command=(sys.executable, str(script)), out_dir=str(tmp_path), verify=False)).report
+    [finding] = [f for f in report.findings if f.slug == "step-drift"]
+    lines = script.read_text(encoding="utf-8").splitlines()
+    grown = {number for number, line in enumerate(lines, 1) if "bank" in line and "torch" in line or "bank.T" in line}
+    assert {loc.line for loc in finding.locations} <= grown and finding.locations
