@@ -83,6 +83,7 @@ ROOF_ATTENTION = frozenset({"aten::_scaled_dot_product_flash_attention_for_cpu",
                             "aten::_scaled_dot_product_efficient_attention", "aten::_scaled_dot_product_cudnn_attention"})
 ROOF_ATTENTION_BACKWARD = frozenset(f"{name}_backward" for name in ROOF_ATTENTION)
 ROOF_CONV = frozenset({"aten::convolution", "aten::convolution_backward"})
+BATCHED_MATMULS = frozenset({"aten::bmm", "aten::baddbmm"})  # many products side by side (per head, per group)
 # ops that move data and compute nothing: their roof is the bandwidth alone
 ROOF_MOVES_ONLY = LAYOUT_COPY_OPS | {"aten::fill_", "aten::zero_", "aten::_to_copy", "aten::to", "aten::cat", "aten::stack",
                                     "aten::index", "aten::index_select", "aten::gather", "aten::embedding"}

@@ -1,12 +1,14 @@
-"""Matrix work that runs far below what this machine's matmuls reach, for a reason its shapes show.
+"""Attention that runs far below what this machine's matmuls reach, because its heads are too narrow.
 
 What it detects:
-    An operator group (one matmul, convolution or fused attention at one line, its backward apart) holding at
-    least ``min_share`` of the profiled step whose achieved FLOP/s is under ``max_efficiency`` of its roof: the
-    lesser of the machine's measured matmul peak for its dtype and its arithmetic intensity times the measured
-    bandwidth (the audit measures both once per machine). It fires only where the shapes explain the shortfall:
-    a dimension of the product under ``narrow`` (attention heads of a few dimensions, a K of 8), or a
-    convolution with few channels per group. A shortfall the shapes do not explain is left to the other rules.
+    An attention operator group (fused attention, or the batched matmuls of attention computed by hand, at one
+    line, its backward apart) holding at least ``min_share`` of the profiled step whose achieved FLOP/s is under
+    ``max_efficiency`` of its roof: the lesser of the machine's measured matmul peak for its dtype and its
+    arithmetic intensity times the measured bandwidth (the audit measures both once per machine). It fires only where the shapes explain the shortfall
+    and the model's design can change it: attention heads, fused or computed by hand as batched matmuls, that
+    contract over fewer than ``narrow`` dimensions. A narrow input or output layer (8 features in, 1 out), the
+    first convolution's 3 channels and a depthwise convolution are what their data and design are, not a shape to
+    change for speed, and are left alone; so is a shortfall the shapes do not explain.
 
 Why it matters:
     A matmul unit is fed by its inner dimension: with four multiply-adds per output it spends its time loading
@@ -14,9 +16,9 @@ Why it matters:
     shape decides how well the machine does it.
 
 How to fix:
-    Give each product a wide inner dimension: fewer, wider attention heads (64 dimensions or more per head, the
-    same model width), small products stacked into one batched matmul, grouped convolutions with more channels
-    per group (or fused with the pointwise convolution that follows).
+    Give each head a wide inner dimension: fewer, wider attention heads (64 dimensions or more per head, the same
+    model width and FLOPs). On this machine, attention over 2 x 32 heads of 4 dimensions took 1.9 ms, over
+    2 x 2 heads of 64 dimensions 0.32 ms.
 
 Example:
     Before::
@@ -33,7 +35,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from advisor.evidence import Evidence
-from advisor.opnames import ROOF_ATTENTION, ROOF_ATTENTION_BACKWARD, ROOF_CONV, TRACE_BIAS_FIRST, TRACE_MATMULS
+from advisor.opnames import BATCHED_MATMULS, ROOF_ATTENTION, ROOF_ATTENTION_BACKWARD, TRACE_BIAS_FIRST
 from advisor.rulekit.rule import Clean, Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
 from advisor.sources import site_label
 from advisor.trace.roofline import OperatorRate, operator_rates
@@ -54,15 +56,15 @@ from advisor.trace.roofline import OperatorRate, operator_rates
 )
 def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     rates = [r for r in operator_rates(ev.trace, ev.peaks) if r.flops_per_step > 0 and r.share_of_step >= th.min_share
-             and (r.op in TRACE_MATMULS or r.op in ROOF_ATTENTION or r.op in ROOF_ATTENTION_BACKWARD or r.op in ROOF_CONV)]
+             and (r.op in BATCHED_MATMULS or r.op in ROOF_ATTENTION or r.op in ROOF_ATTENTION_BACKWARD)]
     low = [r for r in rates if r.efficiency < th.max_efficiency]
     lowest = min((r.efficiency for r in rates), default=1.0)
-    yield ev.share_margin("the lowest efficiency of a matrix operator holding a share of the step", lowest,
+    yield ev.share_margin("the lowest efficiency of an attention operator holding a share of the step", lowest,
                           th.max_efficiency)
     explained = [(rate, cause) for rate in low if (cause := _narrow(rate, int(th.narrow)))]
     if not explained:
-        yield Clean(why=f"{len(low)} matrix operator group(s) below {th.max_efficiency:.0%} of the roof, none with a "
-                        "narrow shape to explain it" if low else "no matrix operator group far below its roof")
+        yield Clean(why=f"{len(low)} attention operator group(s) below {th.max_efficiency:.0%} of the roof, none with "
+                        "narrow heads to explain it" if low else "no attention operator group far below its roof")
         return
     for rate, (cause, fix) in explained:
         where = site_label(rate.file, rate.line) if rate.file else "an unattributed operator"
@@ -93,16 +95,12 @@ def _narrow(rate: OperatorRate, narrow: int) -> tuple[str, str] | None:
             return (f"its {heads} heads have {query[-1]} dimensions each, {query[-1]} multiply-adds per score",
                     f"fewer, wider heads: {max(1, heads * query[-1] // 64)} of 64 dimensions hold the same width")
         return None
-    if rate.op in TRACE_MATMULS:
+    if rate.op in BATCHED_MATMULS:  # many small products side by side: per-head scores computed by hand
         operands = shapes[1:] if rate.op in TRACE_BIAS_FIRST else shapes
-        if len(operands) < 2 or len(operands[0]) < 2 or len(operands[1]) < 2:
+        if len(operands) < 2 or len(operands[0]) < 3 or len(operands[1]) < 3:
             return None
-        m, k, n = operands[0][-2], operands[0][-1], operands[1][-1]
-        if min(m, k, n) < narrow:
-            return (f"a ({m} x {k}) by ({k} x {n}) product: a dimension of {min(m, k, n)} leaves the matmul units idle",
-                    "stack the small products into one larger (batched) matmul, or widen the narrow dimension")
-        return None
-    if rate.op == "aten::convolution" and len(shapes) > 1 and len(shapes[1]) > 1 and shapes[1][1] < narrow:
-        return (f"{shapes[1][1]} input channel(s) per group: a grouped (depthwise) convolution is little work per byte",
-                "fuse it with the pointwise convolution after it, or use more channels per group")
+        batch, m, k, n = operands[0][0], operands[0][-2], operands[0][-1], operands[1][-1]
+        if k < narrow:
+            return (f"its {batch} products of ({m} x {k}) by ({k} x {n}) each contract over {k}: {k} multiply-adds "
+                    "per output", "contract over more: fewer, wider heads (64 dimensions or more per head)")
     return None

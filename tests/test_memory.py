@@ -15,7 +15,7 @@ from advisor.report.html import render_html
 from advisor.report.markdown import render_markdown
 from advisor.rulekit.engine import RuleConfig, run_rules
 from conftest import SAMPLES
-from devkit.saved_evidence import saved_evidence
+from devkit.saved_evidence import as_cuda, saved_evidence
 
 RULES = RuleConfig.load()
 
@@ -113,3 +113,21 @@ def test_without_torchs_memory_profiler_the_kept_state_is_counted_from_the_objec
     assert counted.at_peak == {"parameters": weights, "gradients": weights, "optimizer state": 2 * weights + 2 * 4}
     assert counted.method == "tensor accounting" and counted.note == "the profiler failed"
     assert StepMemory.model_validate_json(counted.model_dump_json()) == counted
+
+
+def _near_capacity(evidence):
+    runs = []
+    findings, _ = run_rules(RULES.ruleset, evidence, runs=runs)
+    [run] = [r for r in runs if r.slug == "memory-near-capacity"]
+    return [f for f in findings if f.slug == "memory-near-capacity"], run
+
+
+def test_a_step_near_its_capacity_is_named_with_the_kind_that_holds_the_peak():
+    evidence = saved_evidence("gpt_block")
+    full = evidence.memory.model_copy(update={"capacity_bytes": int(evidence.memory.peak_bytes / 0.93),
+                                              "capacity_kind": "the device's memory"})  # as on a GPU filled to 93%
+    [finding], run = _near_capacity(as_cuda(evidence).model_copy(update={"memory": full}))
+    assert finding.severity.value == "high" and finding.evidence["largest_kind"] == "activations"
+    assert "torch.utils.checkpoint" in finding.fix.summary and run.margin.value == pytest.approx(0.93, abs=0.001)
+    findings, run = _near_capacity(evidence)  # the same step on this machine's RAM
+    assert findings == [] and run.status == "silent" and run.margin.value < 0.01

@@ -72,11 +72,12 @@ def test_each_sample_replayed_on_a_gpu_fires_its_gpu_rules(sample):
 def test_every_rule_has_a_positive_and_a_negative_case():
     from test_analyze import SHARED_TRACE_POSITIVES
     from test_hardware_rules import RECORDED_POSITIVES
-    from test_step_log import RECORDED_RUN_POSITIVES
+    from test_step_log import RECORDED_RUN_POSITIVES, REPLAYED_POSITIVES
 
     positives = set().union(*(e.fires | e.on_cuda for e in EXPECTED.values()),
                             *(e.under_torchrun for e in annotated_scripts().values()),
-                            *SHARED_TRACE_POSITIVES.values(), RECORDED_POSITIVES, RECORDED_RUN_POSITIVES)
+                            *SHARED_TRACE_POSITIVES.values(), RECORDED_POSITIVES, RECORDED_RUN_POSITIVES,
+                            REPLAYED_POSITIVES)
     slugs = {rule.slug for rule in load_rules().rules}
     assert slugs <= positives, f"rules with no positive fixture: {sorted(slugs - positives)}"
     assert HEALTHY, "no sample is the negative control of every rule ('# expect nothing')"

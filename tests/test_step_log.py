@@ -24,6 +24,8 @@ RULES = load_rules()
 RECORDED = Path(__file__).parent / "data" / "runs"  # python tests/record_evidence.py --runs
 # the run rules' positives: real advisor runs of samples/scripts (tests/test_rules_on_evidence.py)
 RECORDED_RUN_POSITIVES = {"gc-pauses": "gc_records", "step-outliers": "gc_records", "step-drift": "growing_history"}
+# memory-near-capacity's positive: gpt_block's recorded memory replayed on a GPU filled to 93% (tests/test_memory.py)
+REPLAYED_POSITIVES = {"memory-near-capacity"}
 
 
 def recorded_run(script: str) -> Evidence:

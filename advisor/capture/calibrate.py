@@ -4,7 +4,8 @@ the step runs on (``machine/peaks.py`` says what they are for).
 Square matmuls grow from 256 until one takes MATMUL_LONG_S (or 4096): small ones are launch- and cache-bound,
 the largest the machine's best. Each size is run once to warm, then repeated for REPEAT_S, its best run kept; a
 copy of COPY_BYTES (far beyond any cache) gives the bandwidth, read and write counted. On a GPU CUDA events time
-them. The result is cached per device, torch version and thread count (``ADVISOR_CACHE_DIR``, else
+them. Where measuring fails on a known GPU, its datasheet's figures stand in (said so). The result is cached
+per device, torch version and thread count (``ADVISOR_CACHE_DIR``, else
 ``~/.cache/advisor``): the next audit on this machine reads it in milliseconds.
 """
 
@@ -32,25 +33,40 @@ def machine_peaks(device: torch.device, device_name: str) -> MachinePeaks:
     cached = _read_cache().get(key)
     if cached is not None:
         return MachinePeaks.model_validate({**cached, "source": "cached", "seconds": 0.0})
+    try:
+        peaks = _measured(device, device_name)
+    except (RuntimeError, torch.cuda.OutOfMemoryError) as failure:  # a device too full or too old for a dtype
+        published = published_peaks(device_name) if device.type == "cuda" else None
+        if published is None:
+            raise
+        return MachinePeaks(device=device_name, flops_per_s=published[0], bandwidth_bytes_per_s=published[1],
+                            source="published", torch_version=torch.__version__, published_flops_per_s=published[0],
+                            published_bandwidth_bytes_per_s=published[1],
+                            note=f"measuring failed ({type(failure).__name__}: {failure}); the datasheet's peaks")
+    _write_cache(key, peaks)
+    return peaks
+
+
+def _measured(device: torch.device, device_name: str) -> MachinePeaks:
     began = time.perf_counter()
     dtypes = ["float32", "bfloat16"]
     if device.type == "cuda":
         dtypes.append("float16")
-    flops = {dtype: _best_matmul_rate(device, getattr(torch, dtype)) for dtype in dtypes}
-    if device.type == "cuda" and torch.cuda.get_device_capability(device) >= (8, 0):
-        previous = torch.backends.cuda.matmul.allow_tf32
-        torch.backends.cuda.matmul.allow_tf32 = True
-        try:
+    previous = torch.backends.cuda.matmul.allow_tf32
+    try:
+        torch.backends.cuda.matmul.allow_tf32 = False  # float32 is float32, whatever the model file set
+        flops = {dtype: _best_matmul_rate(device, getattr(torch, dtype)) for dtype in dtypes}
+        if device.type == "cuda" and torch.cuda.get_device_capability(device) >= (8, 0):
+            torch.backends.cuda.matmul.allow_tf32 = True
             flops["tf32"] = _best_matmul_rate(device, torch.float32)
-        finally:
-            torch.backends.cuda.matmul.allow_tf32 = previous
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = previous
     published = published_peaks(device_name) if device.type == "cuda" else None
     peaks = MachinePeaks(device=device_name, flops_per_s={k: round(v) for k, v in flops.items()},
                          bandwidth_bytes_per_s=round(copy_bandwidth(device)), threads=torch.get_num_threads(),
                          torch_version=torch.__version__, published_flops_per_s=published[0] if published else {},
                          published_bandwidth_bytes_per_s=published[1] if published else 0.0,
                          seconds=round(time.perf_counter() - began, 3))
-    _write_cache(key, peaks)
     return peaks
 
 

@@ -83,11 +83,28 @@ def measure_dispatch_overhead(device: torch.device, repeats: int = 2000) -> floa
 
 def measure_device_speed(device: torch.device) -> tuple[float, float]:
     """(copy bandwidth GB/s over a 64 MB buffer, fp32 matmul GFLOP/s at 512³): what a step's bytes
-    and FLOPs cost on this device, to tell work from per-op overhead (kernel-storm). Measured each audit, where
-    the roofs (``calibrate.py``) are the machine's best, cached."""
-    from advisor.capture.calibrate import copy_bandwidth, matmul_rate
+    and FLOPs cost on this device, to tell work from per-op overhead (kernel-storm). Its source is never written:
+    on a CPU its pages read as the kernel's zero page, so the copy reads from cache and writes to memory, closer to
+    what a step's small operators meet than DRAM's bandwidth (the roofs, ``calibrate.py``, measure DRAM's), and
+    what kernel-storm's thresholds were set against."""
+    def best_seconds(run, repeats: int = 7) -> float:
+        for _ in range(2):
+            run()
+        samples = []
+        for _ in range(repeats):
+            begin = time.perf_counter()
+            run()
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            samples.append(time.perf_counter() - begin)
+        return min(samples)
 
-    return round(copy_bandwidth(device) / 1e9, 2), round(matmul_rate(device, torch.float32, 512) / 1e9, 2)
+    source = torch.empty(16 * 1024 * 1024, device=device)
+    target = torch.empty_like(source)
+    copy_s = best_seconds(lambda: target.copy_(source))
+    a, b = torch.randn(512, 512, device=device), torch.randn(512, 512, device=device)
+    matmul_s = best_seconds(lambda: torch.mm(a, b))
+    return round(2 * source.numel() * 4 / copy_s / 1e9, 2), round(2 * 512 ** 3 / matmul_s / 1e9, 2)
 
 
 def device_name(device: torch.device) -> str:

@@ -5,7 +5,8 @@ A few steps run under torch.profiler with ``profile_memory`` and the Python stac
 dataflow: parameters, their gradients, the optimizer's state, activations kept for the backward, autograd's own
 buffers, inputs and temporaries. Walking its timeline gives the step's peak by kind, each kind's own most, and
 the live memory at each step's end: memory still rising from step to step is growth (a tensor history kept
-across steps, a cache that fills), and the tensors made in the first step still alive after the last are
+across steps, a cache that fills; what an optimizer's step makes and keeps, L-BFGS's history, is its state and
+not counted), and the tensors made in the first step still alive after the last are
 counted at the user's line that made them (the innermost frame of the user's above the operator that allocated
 them). The capacity is the device's memory on CUDA, the RAM the process has and could get on a CPU.
 
@@ -30,11 +31,12 @@ from advisor.workload.step import make_step, synchronize
 from advisor.workload.target import Target, batch_size
 
 MARK = "advisor::memory_step"
-STEPS, LONG_STEP_STEPS, LONG_STEP_MS = 3, 2, 300.0
+STEPS, LONG_STEP_STEPS, LONG_STEP_MS = 3, 2, 100.0
 LARGER_BATCH_FACTOR, LARGER_BATCH_STEPS, LARGER_BATCH_WARMUP = 2, 5, 2
 LARGER_BATCH_MOST_S = 3.0  # the larger batch is measured only where both batches' steps fit in this
 HELD_SITES = 5
 KEPT_KINDS = ("PARAMETER", "GRADIENT", "OPTIMIZER_STATE")  # memory a step is meant to keep
+OPTIMIZER_FRAMES = "torch/optim/"  # as the profiler names a Python frame of torch's optimizers
 
 
 def measure_memory(target: Target, step: Callable[[], Any], step_ms: float | None) -> StepMemory:
@@ -72,8 +74,9 @@ def _walk(measured: Any, device: torch.device, steps: int, model_file: str) -> S
     if len(marks) != steps:
         raise RuntimeError(f"{len(marks)} of {steps} measured steps found in the profile")
     categories = measured._categories
+    by_optimizer = _made_by_optimizers(measured)
+    optimizers_hold = 0  # what the optimizer's step made and keeps (L-BFGS's history): state, bounded by design
     live: dict[str, int] = {}
-    sizes: dict[Any, int] = {}
     made_in_first: dict[Any, int] = {}
     peak, at_peak, most, ends = 0, {}, {}, []
     end_index = 0
@@ -81,13 +84,14 @@ def _walk(measured: Any, device: torch.device, steps: int, model_file: str) -> S
         if key.device.type != device.type:
             continue
         while end_index < len(marks) and when > marks[end_index][1]:
-            ends.append(sum(live.values()))
+            ends.append(sum(live.values()) - optimizers_hold)
             end_index += 1
         kind = _kind(categories.get(key, version))
         if action in (Action.PREEXISTING, Action.CREATE):
             live[kind] = live.get(kind, 0) + size
-            sizes[key] = size
-            if action == Action.CREATE and marks[0][0] <= when <= marks[0][1]:
+            if key in by_optimizer:
+                optimizers_hold += size
+            elif action == Action.CREATE and marks[0][0] <= when <= marks[0][1]:
                 made_in_first[key] = size
         elif action == Action.INCREMENT_VERSION:
             before = _kind(categories.get(key, version - 1))
@@ -96,19 +100,34 @@ def _walk(measured: Any, device: torch.device, steps: int, model_file: str) -> S
         elif action == Action.DESTROY:
             live[kind] = live.get(kind, 0) - size
             made_in_first.pop(key, None)
+            if key in by_optimizer:
+                optimizers_hold -= size
         if marks[0][0] <= when <= marks[-1][1]:
             total = sum(live.values())
             for name, held in live.items():
                 most[name] = max(most.get(name, 0), held)
             if total > peak:
                 peak, at_peak = total, {name: held for name, held in live.items() if held > 0}
-    ends += [sum(live.values())] * (len(marks) - end_index)
+    ends += [sum(live.values()) - optimizers_hold] * (len(marks) - end_index)
     surviving = {key: size for key, size in made_in_first.items()
                  if _kind(categories.get(key, 0)) not in (_kind_name(k) for k in KEPT_KINDS)}
     growth = (ends[-1] - ends[0]) / (len(ends) - 1) if len(ends) > 1 else 0.0
     return StepMemory(device=str(device), steps=steps, peak_bytes=peak, at_peak=at_peak,
                       most={k: v for k, v in most.items() if v > 0}, step_end_bytes=ends,
                       growth_bytes_per_step=growth, held=_held_at(measured, surviving, model_file))
+
+
+def _made_by_optimizers(measured: Any) -> set:
+    """The tensors an optimizer's own code made: the innermost Python frame above the operator is one of
+    ``torch/optim`` (a closure's forward, run inside L-BFGS's step, is the model's code, not the optimizer's)."""
+    made = set()
+    for node in measured._data_flow_graph.flow_nodes:
+        event = node._event
+        while event is not None and not str(event.tag).endswith(".PyCall"):
+            event = event.parent
+        if event is not None and OPTIMIZER_FRAMES in event.name:
+            made.update(node.outputs)
+    return made
 
 
 def _kind(category: Any) -> str:
@@ -182,11 +201,15 @@ def _capacity(device: torch.device) -> tuple[int | None, str]:
     if device.type == "cuda":
         return int(torch.cuda.mem_get_info(device)[1]), "the device's memory"
     from advisor.machine import procfs
+    from advisor.machine.conditions import cgroup_memory_room
 
-    available, resident = procfs.available_memory_kb(), procfs.own_memory_kb("VmRSS")
-    if available is None:
+    available, resident = procfs.available_memory_kb(), (procfs.own_memory_kb("VmRSS") or 0) * 1024
+    limited = cgroup_memory_room()
+    if available is None and limited is None:
         return None, ""
-    return (available + (resident or 0)) * 1024, "the RAM this process holds and could still get"
+    rooms = [room for room in (available * 1024 if available is not None else None, limited) if room is not None]
+    kind = "under the cgroup's memory limit" if limited is not None and limited == min(rooms) else "of the host's RAM"
+    return min(rooms) + resident, f"the memory this process holds and could still get {kind}"
 
 
 def _larger_batch(target: Target, parts: tuple, step_ms: float) -> LargerBatch | None:

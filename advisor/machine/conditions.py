@@ -301,6 +301,19 @@ def _tightest_quota() -> tuple[float, str] | None:
     return min(quotas) if quotas else None
 
 
+def cgroup_memory_room() -> int | None:
+    """Bytes the process's cgroup (or an ancestor's, the tightest) may still allocate under its memory limit (v2
+    ``memory.max`` less ``memory.current``, v1 ``memory.limit_in_bytes`` less ``memory.usage_in_bytes``); None
+    where no limit binds."""
+    rooms = []
+    for folder in _cgroup_dirs("memory"):
+        for limit_file, usage_file in (("memory.max", "memory.current"), ("memory.limit_in_bytes", "memory.usage_in_bytes")):
+            limit, usage = _read(os.path.join(folder, limit_file)), _read(os.path.join(folder, usage_file))
+            if limit and limit.isdigit() and usage and usage.isdigit() and int(limit) < 2**60:  # v1's "no limit"
+                rooms.append(max(0, int(limit) - int(usage)))
+    return min(rooms) if rooms else None
+
+
 def _throttle() -> tuple[int, int] | None:
     """(periods, throttled periods) of the folder whose quota binds: read there at the start and the end (a
     fresh cgroup's 0 periods are a reading too)."""

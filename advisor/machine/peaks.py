@@ -38,6 +38,7 @@ class MachinePeaks(Record):
     published_flops_per_s: dict[str, float] = Field(default_factory=dict, description="the datasheet's, for a GPU")
     published_bandwidth_bytes_per_s: float = 0.0
     seconds: float = Field(default=0.0, description="what measuring took (0 when cached)")
+    note: str = Field(default="", description="why the datasheet's figures stand in, when they do")
 
     def flops_for(self, dtype: str) -> float:
         """The matmul roof for an operator computing in ``dtype`` (float32's where that dtype was not measured)."""

@@ -12,7 +12,8 @@ switches back to train mode the step's clock (and its profiled range) starts aga
 never switched back is not timed. ``--mode`` decides instead of the signs. What each step
 contained is read during the warm-up (``step_contents.py``) and reported with how it was
 recognised. After ``warmup`` steps, ``steps`` steps are timed profiler-free, then
-``profile_steps`` more are profiled (timing and profiling never mixed). The results go to the
+``profile_steps`` more are profiled (timing and profiling never mixed). Every step, from the first to the window's
+end (to the script's under ``--full``), is logged with what was in it (``logged_steps.py``). The results go to the
 spec's folder; the script is then stopped unless ``full``.
 
 A verification run (``measure_only``) times the window and nothing else: seeded alike, with the audit run's
@@ -82,7 +83,7 @@ class StepWindow(ProfiledSteps, TrainingSigns, WindowEnd):
 
         self.machine = Watch()
         self.collector = CollectorWatch()  # the garbage collector's passes inside each step, watched from now
-        self.log = StepLog()  # every step's time and what happened in it (step_log.py)
+        self.log = StepLog()  # every step's time and what happened in it (logged_steps.py)
         self.profiler = None
         self.step_range = None
         self.annotator = None

@@ -27,7 +27,7 @@ from advisor.opnames import (
     TRACE_MATMULS,
 )
 from advisor.records import Field, Record
-from advisor.trace.model import Op, Trace
+from advisor.trace.model import Op, SourceRef, Trace
 
 ITEMSIZE = {"float": 4, "double": 8, "c10::BFloat16": 2, "BFloat16": 2, "c10::Half": 2, "Half": 2, "long int": 8,
             "int": 4, "short int": 2, "bool": 1, "unsigned char": 1, "signed char": 1, "c10::Float8_e4m3fn": 1,
@@ -69,8 +69,8 @@ def operator_rates(trace: Trace, peaks: MachinePeaks) -> list[OperatorRate]:
         if work is None:
             continue
         flops, moved, dtype = work
-        ref = op.src or op.grad_of
-        key = (op.name, ref.file if ref else "", ref.line if ref else 0, op.src is None and op.grad_of is not None)
+        ref, backward = _place(trace, op)
+        key = (op.name, ref.file if ref else "", ref.line if ref else 0, backward)
         group = groups.setdefault(key, [0, 0.0, 0.0, 0.0, dtype, [list(d) for d in op.input_dims[:3]]])
         group[0] += 1
         group[1] += op.dur
@@ -78,6 +78,16 @@ def operator_rates(trace: Trace, peaks: MachinePeaks) -> list[OperatorRate]:
         group[3] += moved
     rates = [_rate(key, *values, steps=steps, step_us=step_us, peaks=peaks) for key, values in groups.items()]
     return sorted((r for r in rates if r.us_per_step > 0), key=lambda r: r.us_per_step, reverse=True)
+
+
+def _place(trace: Trace, op: Op) -> tuple[SourceRef | None, bool]:
+    """The user's line of an operator (its own, else the nearest enclosing operator's: a module's leaf runs under
+    the call made at that line), and whether it runs in the backward of the line's forward."""
+    while op is not None:
+        if op.src is not None or op.grad_of is not None:
+            return op.src or op.grad_of, op.src is None
+        op = trace.ops[op.parent] if op.parent is not None else None
+    return None, False
 
 
 def _counted(trace: Trace, op: Op) -> bool:
