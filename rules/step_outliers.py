@@ -74,8 +74,8 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     more = f"; and {len(outliers) - LISTED} more" if len(outliers) > LISTED else ""
     yield Finding(
         severity=Severity.MEDIUM if share >= th.medium_share else Severity.LOW,
-        message=(f"{len(outliers)} of {len(judged)} steps stand out against a typical {typical:.3g} ms step, together "
-                 f"{share:.0%} of the steps' time above it: {listed}{more}"),
+        message=(f"{len(outliers)} of {len(judged)} steps stand out against a typical {typical:.3g} ms step; what the "
+                 f"script's own work added in them is {share:.0%} of the {len(judged)} judged steps' time: {listed}{more}"),
         impact=share,
         evidence={"typical_step_ms": round(typical, 4), "judged_steps": len(judged),
                   "outliers": [o.model_dump() for o in outliers], "share_of_steps": round(share, 4)},
