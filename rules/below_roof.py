@@ -4,11 +4,12 @@ What it detects:
     An attention operator group (fused attention, or the batched matmuls of attention computed by hand, at one
     line, its backward apart) holding at least ``min_share`` of the profiled step whose achieved FLOP/s is under
     ``max_efficiency`` of its roof: the lesser of the machine's measured matmul peak for its dtype and its
-    arithmetic intensity times the measured bandwidth (the audit measures both once per machine). It fires only where the shapes explain the shortfall
-    and the model's design can change it: attention heads, fused or computed by hand as batched matmuls, that
-    contract over fewer than ``narrow`` dimensions. A narrow input or output layer (8 features in, 1 out), the
-    first convolution's 3 channels and a depthwise convolution are what their data and design are, not a shape to
-    change for speed, and are left alone; so is a shortfall the shapes do not explain.
+    arithmetic intensity times the measured bandwidth (the audit measures both once per machine). It fires only
+    where the shapes explain the shortfall and the model's design can change it: attention heads, fused or
+    computed by hand as batched matmuls, that contract over fewer than ``narrow`` dimensions. A narrow input or
+    output layer (8 features in, 1 out), the first convolution's 3 channels and a depthwise convolution are what
+    their data and design are, not a shape to change for speed, and are left alone; so is a shortfall the shapes
+    do not explain.
 
 Why it matters:
     A matmul unit is fed by its inner dimension: with four multiply-adds per output it spends its time loading
@@ -55,7 +56,8 @@ from advisor.trace.roofline import OperatorRate, operator_rates
     },
 )
 def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
-    rates = [r for r in operator_rates(ev.trace, ev.peaks) if r.flops_per_step > 0 and r.share_of_step >= th.min_share
+    rates = [r for r in operator_rates(ev.trace, ev.peaks) if r.flops_per_step > 0 and r.share_of_step >=
+    th.min_share
              and (r.op in BATCHED_MATMULS or r.op in ROOF_ATTENTION or r.op in ROOF_ATTENTION_BACKWARD)]
     low = [r for r in rates if r.efficiency < th.max_efficiency]
     lowest = min((r.efficiency for r in rates), default=1.0)

@@ -1,9 +1,9 @@
 """The memory a step holds grows from step to step.
 
 What it detects:
-    Live tensor memory at the end of each step, over the steps the memory stage measured (torch's memory profiler,
-    by kind), that rises every step by at least ``min_bytes``; the line that made the tensors still alive after
-    the last step (not parameters, gradients or optimizer state) is where it points.
+    The tensor memory Python reaches at the end of each step (parameters, gradients and the optimizer's state left
+    out), over the steps the memory stage measured, that rises every step by at least ``min_bytes``; the line that
+    made the tensors the first step made and the last left alive is where it points.
 
 Why it matters:
     A step that keeps some of its tensors (a prediction kept with its autograd graph, a list of losses as tensors,
@@ -56,7 +56,7 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     where = (f"; {held.tensors} tensor(s), {held.bytes / 2**20:.3g} MB, made at {site_label(held.file, held.line)} in the "
              "first step were still alive after the last" if held else "")
     yield Finding(
-        message=(f"the step's live tensor memory grows {growth / 2**20:.3g} MB every step ({len(ends)} measured steps: "
+        message=(f"the tensor memory the step leaves behind grows {growth / 2**20:.3g} MB every step ({memory.steps} measured steps: "
                  + " -> ".join(f"{end / 2**20:.3g}" for end in ends) + f" MB){where}"),
         evidence={"growth_bytes_per_step": round(growth), "step_end_bytes": ends,
                   "held": [h.model_dump() for h in memory.held]},

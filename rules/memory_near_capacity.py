@@ -1,7 +1,7 @@
 """The step's peak memory is close to what the device (or the process) can hold.
 
 What it detects:
-    The most live tensor memory during the measured steps (torch's memory profiler, by kind) at or above
+    The step's peak memory (the CUDA caching allocator's peak, or on a CPU the tensors accounted by kind) at or above
     ``min_share`` of the capacity: the GPU's memory, or on a CPU the memory the process holds and could still get
     (the host's available RAM, or the cgroup's memory limit where one binds). The kind that holds most of the
     peak decides the advice.
@@ -36,7 +36,7 @@ from advisor.rulekit.rule import Clean, Finding, Fix, Layer, Margin, Severity, T
 ADVICE = {
     "activations": "recompute activations in the backward (torch.utils.checkpoint around the repeated blocks) or "
                    "halve them with bf16 autocast",
-    "autograd detail": "recompute activations in the backward (torch.utils.checkpoint) or halve them with bf16 autocast",
+    "temporaries": "free what the step keeps between operators (del large intermediates), or bf16 autocast",
     "optimizer state": "a lighter optimizer (Adafactor, 8-bit Adam) or its state sharded across ranks (ZeRO, FSDP)",
     "parameters": "parameters in bf16, or sharded across ranks (FSDP)",
     "gradients": "gradients in bf16, or sharded across ranks (FSDP, ZeRO-2)",
@@ -61,7 +61,7 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     yield Margin(quantity="peak tensor memory over the capacity", value=round(share, 4), threshold=th.min_share, noise=0.0)
     if share < th.min_share:
         return
-    kind, held = max(memory.at_peak.items(), key=lambda item: item[1])
+    kind, held = max(memory.kinds.items(), key=lambda item: item[1])
     yield Finding(
         severity=Severity.HIGH if share >= th.high_share else Severity.MEDIUM,
         message=(f"the step's peak holds {memory.peak_bytes / 2**30:.3g} GB of the {memory.capacity_bytes / 2**30:.3g} GB "
@@ -69,7 +69,7 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
                  f"({held / memory.peak_bytes:.0%}): no room for a larger batch or a longer input"),
         impact=None,
         evidence={"peak_bytes": memory.peak_bytes, "capacity_bytes": memory.capacity_bytes, "share": round(share, 4),
-                  "at_peak": memory.at_peak, "largest_kind": kind},
+                  "kinds": memory.kinds, "largest_kind": kind},
         fix=Fix(summary=ADVICE.get(kind, "find what holds the peak (the memory table) and shrink it"),
                 before="x = block(x)", after="x = torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False)",
                 docs=["https://pytorch.org/docs/stable/checkpoint.html",

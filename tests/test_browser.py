@@ -137,5 +137,5 @@ def test_the_roofline_chart_draws_each_operator_under_the_machines_roofs(browser
     assert browser.evaluate(inside) is True
     assert "aten::" in browser.evaluate("document.querySelector('svg.roofline circle.operator title').textContent")
     assert browser.evaluate("document.querySelectorAll('#operators tr').length") == len(report.roofline.operators) + 1
-    assert browser.evaluate("document.querySelectorAll('#memory-kinds tr').length") == len(report.memory.most) + 1
+    assert browser.evaluate("document.querySelectorAll('#memory-kinds tr').length") == len(report.memory.kinds) + 1
     assert browser.console_errors() == []

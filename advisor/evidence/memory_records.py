@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from advisor.records import Field, Record
 
-KINDS = ("parameters", "gradients", "optimizer state", "activations", "autograd detail", "inputs", "temporaries",
-         "unattributed")
+KINDS = ("parameters", "gradients", "optimizer state", "activations", "inputs", "temporaries")
 
 
 class HeldMemory(Record):
@@ -31,13 +30,14 @@ class LargerBatch(Record):
 
 class StepMemory(Record):
     device: str = ""
-    method: str = Field(default="torch memory profiler", description="how the tensors were told apart by kind")
+    method: str = Field(default="", description="how the peak was measured and the kinds told apart")
     steps: int = Field(default=0, description="steps measured")
-    peak_bytes: int = Field(default=0, description="the most live tensor memory at any point of the measured steps")
-    at_peak: dict[str, int] = Field(default_factory=dict, description="bytes by kind at that peak")
-    most: dict[str, int] = Field(default_factory=dict, description="each kind's own most over the steps")
-    step_end_bytes: list[int] = Field(default_factory=list, description="live tensor memory at each measured step's end")
-    growth_bytes_per_step: float = Field(default=0.0, description="from the first measured step's end to the last's")
+    peak_bytes: int = Field(default=0, description="the step's peak: the CUDA allocator's, or the kinds' sum on a CPU")
+    kinds: dict[str, int] = Field(default_factory=dict, description="bytes by kind (KINDS), each storage counted once")
+    step_end_bytes: list[int] = Field(default_factory=list, description="tensor memory Python reaches at each measured "
+                                                                        "step's end (and before the first), less the kept "
+                                                                        "kinds")
+    growth_bytes_per_step: float = Field(default=0.0, description="from before the first measured step to the last's end")
     held: list[HeldMemory] = Field(default_factory=list, description="where the memory that outlived the steps "
                                                                     "was made, most first")
     capacity_bytes: int | None = Field(default=None, description="the device's memory (CUDA) or the RAM available")

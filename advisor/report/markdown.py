@@ -80,7 +80,7 @@ def _memory(report: Report) -> list[str]:
     memory = report.memory
     if memory is None:
         return []
-    kinds = ", ".join(f"{kind} {held / 2**20:.3g} MB" for kind, held in memory.at_peak.items())
+    kinds = ", ".join(f"{kind} {held / 2**20:.3g} MB" for kind, held in memory.kinds.items())
     lines = [f"Memory: peak {memory.peak_bytes / 2**20:.3g} MB ({kinds})"
              + (f"; grows {memory.growth_bytes_per_step / 2**20:.3g} MB a step" if memory.growth_bytes_per_step > 0 else "")]
     if memory.larger_batch is not None:
