@@ -134,7 +134,7 @@ def test_an_audit_of_the_gpt_sample_carries_its_roofline_and_memory(tmp_path):
         result.report.save(str(tmp_path / f"gpt_block.{suffix}"))
     saved = json.loads((tmp_path / "gpt_block.json").read_text())
     assert saved["roofline"]["peaks"]["source"] in ("measured", "cached") and saved["roofline"]["operators"]
-    assert {"parameters", "optimizer state", "activations"} <= set(saved["memory"]["most"])
+    assert {"parameters", "gradients", "optimizer state", "activations"} <= set(saved["memory"]["kinds"])
     page = (tmp_path / "gpt_block.html").read_text()
     assert 'id="roofline"' in page and 'id="memory"' in page
     assert result.report.memory.larger_batch is None or result.report.memory.larger_batch.samples_per_s_ratio > 0
