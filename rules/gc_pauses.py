@@ -43,6 +43,7 @@ from advisor.rulekit.fixing import setting, with_switches
 from advisor.rulekit.rule import Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
 from advisor.sources import is_library_path, site_label
 
+MOST_OF_THE_SURVIVORS = 0.25  # a line of the user's is named where it made at least this share of them
 RAISED_THRESHOLDS = (50_000, 20, 100)  # the first generation's threshold raised: far fewer passes of every kind
 
 
@@ -68,7 +69,9 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
         return
     young, middle, full = (collector.passes + [0, 0, 0])[:3]
     slowest = max(collector.per_step_ms[:steps])
-    made = next((site for site in collector.survivors if site["file"] and not is_library_path(site["file"])), None)
+    counted = sum(site["objects"] for site in collector.survivors)
+    made = next((site for site in collector.survivors if site["file"] and not is_library_path(site["file"])
+                 and site["objects"] >= max(MOST_OF_THE_SURVIVORS * counted, 100)), None)
     where = (f"; {made['objects']:,} objects made in one step at {site_label(made['file'], made['line'])} outlived it"
              if made else "")
     yield Finding(

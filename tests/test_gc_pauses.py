@@ -152,3 +152,14 @@ def test_advisor_run_verifies_the_raised_thresholds_on_a_trainer_that_keeps_its_
     verification = finding.verification
     assert verification.status == "verified" and verification.ci_low > 1.0, verification
     assert verification.timed == "run" and "whole runs" in verification.note  # the passes fall on a few steps
+
+
+def test_a_line_that_made_few_of_the_survivors_is_not_where_the_finding_points():
+    evidence = _evidence([2.0] * 19 + [60.0], [0.5] * 19 + [58.0])
+    evidence.collector.survivors = [{"file": "/usr/lib/python3/site-packages/lib/records.py", "line": 9, "objects": 4000},
+                                    {"file": SCRIPT, "line": 12, "objects": 40}]
+    [finding], _ = _gc_pauses(evidence)
+    assert finding.locations == [] and "outlived it" not in finding.message
+    evidence.collector.survivors[1]["objects"] = 3000
+    [finding], _ = _gc_pauses(evidence)
+    assert [(loc.file, loc.line) for loc in finding.locations] == [(SCRIPT, 12)]

@@ -14,7 +14,8 @@ a torch call returns, the user's line that made the call). A tensor only C++ hol
 still get on a CPU (the host's RAM, or the cgroup's limit where one binds).
 
 A larger batch, measured: where the inputs have a batch dimension and the step is short enough, the step is
-timed at twice the batch (its inputs repeated along the batch) and at the audited one, and the samples/s compared.
+timed at twice the batch (its inputs repeated along the batch) and held against the audited batch's step as the
+timing stage measured it, and the samples/s compared.
 The whole stage costs a few steps: a first version over torch's memory profiler took 27 s on a 64-layer GPT whose
 step takes 0.9 s.
 """
@@ -38,17 +39,16 @@ from advisor.workload.feed import Feed
 from advisor.workload.step import make_step, synchronize
 from advisor.workload.target import Target, batch_size
 
-STEPS, LONG_STEP_STEPS, LONG_STEP_MS = 3, 2, 100.0
-LARGER_BATCH_FACTOR, LARGER_BATCH_STEPS, LARGER_BATCH_WARMUP = 2, 5, 2
-LARGER_BATCH_MOST_S = 3.0  # the larger batch is measured only where both batches' steps fit in this
+STEPS = 2  # the first traced; memory summed before it and after each: two rises to say it grows every step
+LARGER_BATCH_FACTOR, LARGER_BATCH_STEPS, LARGER_BATCH_WARMUP = 2, 3, 1
+LARGER_BATCH_MOST_S = 1.0  # the larger batch is measured only where its steps fit in this
 HELD_SITES = 5
 
 
 def measure_memory(target: Target, step: Callable[[], Any], step_ms: float | None) -> StepMemory:
     device = target.device
     parts = getattr(step, "parts", None)
-    steps = LONG_STEP_STEPS if step_ms and step_ms > LONG_STEP_MS else STEPS
-    memory = _accounted(step, parts, device, steps, target.path)
+    memory = _accounted(step, parts, device, STEPS, target.path)
     memory.capacity_bytes, memory.capacity_kind = _capacity(device)
     if parts is not None and step_ms:
         memory.larger_batch = _larger_batch(target, parts, step_ms)
@@ -225,12 +225,11 @@ def _capacity(device: torch.device) -> tuple[int | None, str]:
 
 
 def _larger_batch(target: Target, parts: tuple, step_ms: float) -> LargerBatch | None:
-    """The step at LARGER_BATCH_FACTOR x the batch against the audited one, each the median of a few steps on
-    the same model and optimizer (the larger one's first steps not timed)."""
+    """The step at LARGER_BATCH_FACTOR x the batch (the median of a few steps on the same model and optimizer, its
+    first not timed) against the audited batch's step as the timing stage measured it."""
     model, feed, optimizer = parts
     size = batch_size(feed.inputs)
-    per_batch = (LARGER_BATCH_STEPS + LARGER_BATCH_WARMUP) * step_ms / 1000
-    if not size or per_batch * (1 + LARGER_BATCH_FACTOR) > LARGER_BATCH_MOST_S:
+    if not size or (LARGER_BATCH_STEPS + LARGER_BATCH_WARMUP) * LARGER_BATCH_FACTOR * step_ms / 1000 > LARGER_BATCH_MOST_S:
         return None
     from torch.utils._pytree import tree_map
 
@@ -238,16 +237,14 @@ def _larger_batch(target: Target, parts: tuple, step_ms: float) -> LargerBatch |
         if isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape[0] == size:
             return torch.cat([value] * LARGER_BATCH_FACTOR)
         return value
-    larger = Feed(items=tuple((tree_map(repeated, inputs), tree_map(repeated, batch)) for inputs, batch in
-    feed.items))
+    larger = Feed(items=tuple((tree_map(repeated, inputs), tree_map(repeated, batch)) for inputs, batch in feed.items))
     try:
-        audited = _median_ms(make_step(target, model, feed, optimizer), target.device)
         grown = _median_ms(make_step(target, model, larger, optimizer), target.device)
     except Exception:  # noqa: BLE001 - the model or its loss does not take a larger batch as it is fed
         return None
-    return LargerBatch(factor=LARGER_BATCH_FACTOR, batch_size=size, step_ms=round(audited, 4),
+    return LargerBatch(factor=LARGER_BATCH_FACTOR, batch_size=size, step_ms=round(step_ms, 4),
                        larger_step_ms=round(grown, 4), steps=LARGER_BATCH_STEPS,
-                       samples_per_s_ratio=round(LARGER_BATCH_FACTOR * audited / grown, 4) if grown > 0 else 0.0)
+                       samples_per_s_ratio=round(LARGER_BATCH_FACTOR * step_ms / grown, 4) if grown > 0 else 0.0)
 
 
 def _median_ms(step: Callable[[], Any], device: torch.device) -> float:

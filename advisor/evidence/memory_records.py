@@ -22,7 +22,7 @@ class LargerBatch(Record):
 
     factor: int = 2
     batch_size: int = 0
-    step_ms: float = Field(description="median step at the audited batch")
+    step_ms: float = Field(description="median step at the audited batch (the timing stage's)")
     larger_step_ms: float = Field(description="median step at factor x the batch")
     samples_per_s_ratio: float = Field(description="samples/s at the larger batch over the audited one")
     steps: int = Field(default=0, description="steps timed at each batch")
