@@ -41,7 +41,7 @@ from advisor.workload.target import Target, batch_size
 
 STEPS = 2  # the first traced; memory summed before it and after each: two rises to say it grows every step
 LARGER_BATCH_FACTOR, LARGER_BATCH_STEPS, LARGER_BATCH_WARMUP = 2, 3, 1
-LARGER_BATCH_MOST_S = 1.0  # the larger batch is measured only where its steps fit in this
+LARGER_BATCH_MOST_S = 0.5  # the larger batch is measured only where its steps fit in this
 HELD_SITES = 5
 
 
