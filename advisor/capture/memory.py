@@ -61,9 +61,12 @@ def _accounted(step: Callable[[], Any], parts: tuple | None, device: torch.devic
     saved: dict[int, int] = {}
 
     def pack(tensor: torch.Tensor) -> torch.Tensor:
-        if tensor.device.type == device.type:
-            storage = tensor.untyped_storage()
-            saved[storage.data_ptr()] = storage.nbytes()
+        try:
+            if tensor.device.type == device.type:
+                storage = tensor.untyped_storage()
+                saved[storage.data_ptr()] = storage.nbytes()
+        except (RuntimeError, NotImplementedError):  # saved inside a compiled region: no data of its own here
+            pass
         return tensor
     ends = [_live_bytes(device, _kept(model, optimizer))]
     if device.type == "cuda":
@@ -152,14 +155,19 @@ def _live_storages(device: torch.device, kept: set[int]) -> dict[int, tuple[int,
     """Every storage of a tensor Python can reach, less the kept ones: pointer -> (bytes, one tensor of it)."""
     found: dict[int, tuple[int, Any]] = {}
     for candidate in gc.get_objects():
-        if isinstance(candidate, torch.Tensor) and candidate.device.type == device.type:
-            try:
-                storage = candidate.untyped_storage()
-            except (RuntimeError, NotImplementedError):  # a tensor subclass or a meta tensor with no storage
+        # by the object's type: isinstance would also ask a proxy's __class__ (a deprecated alias warns, a lazy
+        # module's raises)
+        if not issubclass(type(candidate), torch.Tensor):
+            continue
+        try:
+            if candidate.device.type != device.type:
                 continue
+            storage = candidate.untyped_storage()
             pointer = storage.data_ptr()
-            if pointer and pointer not in kept and pointer not in found:
-                found[pointer] = (storage.nbytes(), candidate)
+        except (RuntimeError, NotImplementedError):  # a FakeTensor torch.compile left, a meta tensor: no data
+            continue
+        if pointer and pointer not in kept and pointer not in found:
+            found[pointer] = (storage.nbytes(), candidate)
     return found
 
 
