@@ -6,7 +6,7 @@ What it detects:
     at least ``min_rise`` above the first quarter's and still rising over the third's (a quarter of
     ``min_rise``: a state that fills up to a bound, such as L-BFGS's history, levels off). The cause is the part
     of the step that rose with it: the collector's passes, the wait for data, the saves, another process's hold on
-    the CPU; else the step's own work, at the line whose operators grew most over the profiled steps.
+    the CPU; else the step's own work; and the line whose operators grew most over the profiled steps.
 
 Why it matters:
     A step that gets slower as the run goes on makes a long run far longer than its first steps promise, and its
@@ -76,9 +76,10 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
         if rise > 0 and part_rise >= 0.3 * rise and rank_correlation(values) >= 0.5:
             grew.append(f"{name} (+{part_rise:.3g} ms of the +{rise:.3g} ms)")
     why = ", ".join(grew) or "the step's own work (what the loop keeps across steps grows)"
-    place = None if grew else _growing_line(ev)
+    place = _growing_line(ev)  # the operators that grew, whatever else rose with them
     if place is not None:
-        why += f", most of it at {site_label(place[0], place[1])} (+{place[2]:.3g} ms a step over the profiled steps)"
+        why += (f"; of its operators, those at {site_label(place[0], place[1])} grew most (+{place[2]:.3g} ms a step over "
+                "the profiled steps)")
     yield Finding(
         message=(f"the step time rises through the run: the last {quarter} judged steps' median is {ratio:.2f}x the "
                  f"first {quarter}'s (rank correlation {correlation:.2f} over {len(judged)} steps); it grew with {why}"),
