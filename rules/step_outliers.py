@@ -4,8 +4,9 @@ What it detects:
     In an ``advisor run``, the steps (of those that ran as the script runs alone: timed, and under ``--full``
     every step after) that exceed the median step by half of it and by four robust deviations, each with what was
     in it above a typical step: the garbage collector's passes, a wait for data, ``torch.save``, an evaluation
-    pass, Dynamo compiling, or the step's thread waiting for a CPU another process held. A finding when the
-    outliers that the script's own work explains hold at least ``min_share`` of the steps' time (a cause seen only
+    pass, Dynamo compiling, or the step's thread waiting for a CPU another process held. A finding when what the
+    script's own causes account for in them (their time, or a whole step of evaluation or compilation) holds at
+    least ``min_share`` of the steps' time (a cause seen only
     in the first quarter of the steps is the start's, paid once, and not counted).
 
 Why it matters:
@@ -62,7 +63,7 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     start_ends = judged[len(judged) // 4].step if len(judged) >= 4 else 0
     later = {_kind(cause) for o in own if o.step >= start_ends for cause in o.causes}
     own = [o for o in own if o.step >= start_ends or any(_kind(cause) in later for cause in o.causes)]
-    share = sum(o.excess_ms for o in own) / total if total > 0 else 0.0
+    share = sum(o.explained_ms for o in own) / total if total > 0 else 0.0
     yield ev.share_margin("share of the steps' time in outlier steps the script's own work explains", share,
                           th.min_share)
     if share < th.min_share:

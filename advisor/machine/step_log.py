@@ -6,7 +6,8 @@ window (the warm-up's first steps are slow by nature, and the profiled and watch
 A step is an outlier when it exceeds the typical (median) step by half of it and by four robust deviations; its
 cause is whatever was in it above what a typical step holds: the collector's passes, the wait for data, a save,
 the thread waiting for a CPU other processes held, an evaluation, Dynamo compiling; what none of these explains is
-said to be unexplained.
+said to be unexplained. What the script's own causes account for is their time alone (a short collector pass in a
+step another process slowed explains that pass, not the step).
 """
 
 from __future__ import annotations
@@ -40,6 +41,9 @@ class Outlier(Record):
     ms: float
     excess_ms: float = Field(description="above the median step")
     causes: list[str] = Field(default_factory=list, description="what explains the excess, largest first")
+    explained_ms: float = Field(default=0.0, description="of the excess, what the script's own causes account for: "
+                                                         "their time above a typical step's, or all of it for an "
+                                                         "evaluation or a compilation")
 
 
 class StepLog(Record):
@@ -62,7 +66,9 @@ class StepLog(Record):
         bar = typical + max(OUTLIER_OVER_MEDIAN * typical, OUTLIER_DEVIATIONS * spread)
         usual = {quantity: self.typical(quantity) for quantity, _ in TIMED_CAUSES}
         return [Outlier(step=step.step, ms=step.ms, excess_ms=round(step.ms - typical, 4),
-                        causes=_causes(step, step.ms - typical, usual)) for step in judged if step.ms > bar]
+                        causes=_causes(step, step.ms - typical, usual),
+                        explained_ms=round(_explained(step, step.ms - typical, usual), 4))
+                for step in judged if step.ms > bar]
 
     def drift(self) -> tuple[float, float, float] | None:
         """Over the judged steps: (the rank correlation of step time with step number, the last quarter's median
@@ -75,6 +81,15 @@ class StepLog(Record):
         quarter = len(times) // 4
         first, third, last = median(times[:quarter]), median(times[-2 * quarter:-quarter]), median(times[-quarter:])
         return rank_correlation(times), last / first if first > 0 else 1.0, last / third if third > 0 else 1.0
+
+
+def _explained(step: LoggedStep, excess_ms: float, usual: dict[str, float]) -> float:
+    """The part of the excess the script's own causes account for (not another process's hold on the CPU)."""
+    if step.evaluation or step.compiled_frames:
+        return excess_ms
+    own = sum(max(0.0, (getattr(step, quantity) or 0.0) - usual[quantity])
+              for quantity, _ in TIMED_CAUSES if quantity != "cpu_wait_ms")
+    return min(excess_ms, own)
 
 
 def _causes(step: LoggedStep, excess_ms: float, usual: dict[str, float]) -> list[str]:
