@@ -122,6 +122,8 @@ class Trace:
     _longest_activity: float = field(default=0.0, repr=False, compare=False)
     # (len(ops) when made, step_ops(), top_ops()): copies are handed out, so a caller may change its list
     _step_ops: tuple[int, list[Op], list[Op]] | None = field(default=None, repr=False, compare=False)
+    # (len(ops), the roofs' key when made, roofline.operator_rates()): the report and below-roof both read them
+    _operator_rates: tuple[int, str, list] | None = field(default=None, repr=False, compare=False)
 
     @property
     def has_gpu(self) -> bool:

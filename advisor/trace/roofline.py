@@ -58,7 +58,15 @@ class OperatorRate(Record):
 
 
 def operator_rates(trace: Trace, peaks: MachinePeaks) -> list[OperatorRate]:
-    """Every operator group with work, most time first."""
+    """Every operator group with work, most time first (made once per trace and roofs: a copy of the list)."""
+    key = peaks.model_dump_json()
+    made = trace._operator_rates
+    if made is None or made[0] != len(trace.ops) or made[1] != key:
+        made = trace._operator_rates = (len(trace.ops), key, _operator_rates(trace, peaks))
+    return list(made[2])
+
+
+def _operator_rates(trace: Trace, peaks: MachinePeaks) -> list[OperatorRate]:
     steps = max(1, len(trace.steps))
     step_us = trace.mean_step_us() or 0.0
     groups: dict[tuple, list] = {}  # key -> [calls, us, flops, bytes, dtype, shapes]
