@@ -1,6 +1,7 @@
-"""The memory the step holds, by kind (capture/memory.py: torch's memory profiler over a few steps), its growth
-and the line that made what outlived the steps, a larger batch measured; the memory-growth rule over the saved
-evidence of leaky_history (a prediction kept every step, with its graph) and of gpt_block (nothing kept)."""
+"""The memory the step holds, by kind (capture/memory.py: tensors accounted over a few steps, the peak by the
+allocator's own count), its growth and the line that made what outlived the steps, a larger batch measured; the
+memory-growth rule over the saved evidence of leaky_history (a prediction kept every step, with its graph) and of
+gpt_block (nothing kept)."""
 
 from __future__ import annotations
 
@@ -98,7 +99,8 @@ def test_the_memory_stage_measures_a_live_step_by_kind_and_finds_what_it_keeps()
     step = make_step(target, model, Feed(items=((torch.randn(32, 16), torch.randn(32, 16)),)), optimizer)
     step()
     memory = measure_memory(target, step, step_ms=1.0)
-    assert memory.method.startswith("tensor accounting") and memory.steps == 2 and len(memory.step_end_bytes) == 3
+    assert "CPU allocator's rise" in memory.method and memory.steps == 2 and len(memory.step_end_bytes) == 3
+    assert memory.kinds["temporaries"] > 0 and memory.peak_bytes == sum(memory.kinds.values())  # pow, mean: the peak's
     assert memory.growth_bytes_per_step == 32 * 256 * 4
     made_at = next(n for n, line in enumerate(open(__file__, encoding="utf-8"), 1) if "y = self.layer(x)" in line)
     assert (memory.held[0].file, memory.held[0].line) == (__file__, made_at)  # made there, kept the line after

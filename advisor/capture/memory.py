@@ -3,21 +3,21 @@
 Tensor accounting, a few steps of the warmed-up copy, each storage counted once: parameters and the optimizer's
 state from the live objects (L-BFGS's history among the state), the gradients as the optimizer's step finds them,
 the activations from what the autograd graph saves for the backward during one step (``saved_tensors_hooks``,
-parameters left out), the inputs from the feed. On CUDA the caching allocator's peak over that step
-(``max_memory_allocated``) is the peak, and what the kinds leave of it is the step's temporaries; on a CPU, which
-keeps no such count, the peak is the kinds' sum. Growth: every tensor Python can reach (the collector's objects),
-less the kept kinds, summed before the first step and at each step's end; memory still rising from step to step is
-a tensor history kept across steps, and the tensors the first step made that are still alive after the last are
-counted at the user's line that made them (that step runs under a torch function mode that notes, for each tensor
-a torch call returns, the user's line that made the call). A tensor only C++ holds (a graph kept with
-``retain_graph``) is not seen. The capacity is the device's memory on CUDA, the memory the process holds and could
-still get on a CPU (the host's RAM, or the cgroup's limit where one binds).
+parameters left out), the inputs from the feed. The peak is what the step starts with plus the most its allocations
+rise over that step, by the allocator's own count (``workload/peak_memory.py``: the CUDA caching allocator's peak,
+or the CPU allocator's events under the profiler), and what the kinds leave of it is the step's temporaries. Growth:
+every tensor Python can reach (the collector's objects), less the kept kinds, summed before the first step and at
+each step's end; memory still rising from step to step is a tensor history kept across steps, and the tensors the
+first step made that are still alive after the last are counted at the user's line that made them (that step runs
+under a torch function mode that notes, for each tensor a torch call returns, the user's line that made the call).
+A tensor only C++ holds (a graph kept with ``retain_graph``) is not seen. The capacity is the device's memory on
+CUDA, the memory the process holds and could still get on a CPU (the host's RAM, or the cgroup's limit where one binds).
 
 A larger batch, measured: where the inputs have a batch dimension and the step is short enough, the step is
 timed at twice the batch (its inputs repeated along the batch) and held against the audited batch's step as the
 timing stage measured it, and the samples/s compared.
-The whole stage costs a few steps: a first version over torch's memory profiler took 27 s on a 64-layer GPT whose
-step takes 0.9 s.
+The whole stage costs a few steps: a first version over torch's memory profiler (its dataflow categories, from
+stacks) took 27 s on a 64-layer GPT whose step takes 0.9 s; the allocator's events alone cost next to nothing.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from torch.overrides import TorchFunctionMode
 from advisor.evidence.memory_records import HeldMemory, LargerBatch, StepMemory
 from advisor.sources import user_frame
 from advisor.workload.feed import Feed
+from advisor.workload.peak_memory import PEAK_METHOD, PeakUnmeasurable, held_bytes, input_tensors, kept_kinds, rise_of
 from advisor.workload.step import make_step, synchronize
 from advisor.workload.target import Target, batch_size
 
@@ -69,20 +70,24 @@ def _accounted(step: Callable[[], Any], parts: tuple | None, device: torch.devic
             pass
         return tensor
     ends = [_live_bytes(device, _kept(model, optimizer))]
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
     gradients: dict[int, int] = {}
     hook = register_optimizer_step_pre_hook(lambda optimizer, args, kwargs: gradients.update(
         (p.grad.untyped_storage().data_ptr(), p.grad.untyped_storage().nbytes())
         for group in optimizer.param_groups for p in group["params"] if p.grad is not None))
     makers = _Makers(model_file)
-    try:
+
+    def first_step() -> None:
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor), makers:
             step()
-        synchronize(device)
+    held = held_bytes(parts, device) if parts is not None else 0
+    try:
+        peak: int | None = held + rise_of(first_step, device)
+    except PeakUnmeasurable:
+        first_step()
+        peak = None
     finally:
         hook.remove()
-    peak = int(torch.cuda.max_memory_allocated(device)) if device.type == "cuda" else None
+    synchronize(device)
     kept = _kept(model, optimizer)
     after_first = _live_storages(device, kept)
     ends.append(sum(size for size, _ in after_first.values()))
@@ -100,26 +105,15 @@ def _accounted(step: Callable[[], Any], parts: tuple | None, device: torch.devic
     growth = (ends[-1] - ends[0]) / (len(ends) - 1)
     return StepMemory(device=str(device), steps=steps, kinds={k: v for k, v in kinds.items() if v > 0},
                       peak_bytes=peak if peak is not None else sum(kinds.values()),
-                      method="the CUDA caching allocator's peak, tensors accounted by kind" if peak is not None
-                      else "tensor accounting (a CPU keeps no allocator count)",
+                      method=f"{PEAK_METHOD[device.type == 'cuda']}; tensors accounted by kind" if peak is not None
+                      else "tensor accounting, the kinds summed (another profiler held the CPU allocator's events)",
                       step_end_bytes=ends, growth_bytes_per_step=growth,
                       held=_held(left) if growth > 0 else [])
 
 
 def _kept(model: Any, optimizer: Any) -> set[int]:
     """The storages a step keeps by design: parameters, gradients, the optimizer's state."""
-    return {tensor.untyped_storage().data_ptr() for _, tensors in _kept_kinds(model, optimizer) for tensor in tensors}
-
-
-def _kept_kinds(model: Any, optimizer: Any) -> list[tuple[str, list[torch.Tensor]]]:
-    parameters = list(model.parameters()) if model is not None else []
-    state: list[torch.Tensor] = []
-    for per_parameter in (optimizer.state.values() if optimizer is not None and hasattr(optimizer, "state") else []):
-        for value in per_parameter.values():
-            values = value if isinstance(value, (list, tuple)) else [value]  # L-BFGS keeps lists of tensors
-            state += [v for v in values if isinstance(v, torch.Tensor)]
-    return [("parameters", parameters), ("gradients", [p.grad for p in parameters if p.grad is not None]),
-            ("optimizer state", state)]
+    return {tensor.untyped_storage().data_ptr() for _, tensors in kept_kinds(model, optimizer) for tensor in tensors}
 
 
 def _kinds(model: Any, optimizer: Any, feed: Feed | None, saved: dict[int, int], device: torch.device,
@@ -128,9 +122,9 @@ def _kinds(model: Any, optimizer: Any, feed: Feed | None, saved: dict[int, int],
     optimizer's step found them (the step's zero_grad may have let them go since)."""
     seen: set[int] = set()
     kinds: dict[str, int] = {}
-    groups = [group for group in _kept_kinds(model, optimizer) if group[0] != "gradients"]
+    groups = [group for group in kept_kinds(model, optimizer) if group[0] != "gradients"]
     if feed is not None:
-        groups.append(("inputs", [t for pair in feed.items for t in _tensors(pair)]))
+        groups.append(("inputs", input_tensors(feed)))
     for kind, tensors in groups:
         total = 0
         for tensor in tensors:

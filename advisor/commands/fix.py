@@ -192,7 +192,7 @@ def _measure(plan: PatchPlan, chosen: list[Finding], seconds: float, workload, d
         reason = rule.fix_spec.unmeasurable(finding, device) if rule.fix_spec is not None else None
         if reason is not None and len(chosen) == 1:
             return Verification(status="not-verifiable-here", note=reason)  # as its audit said; cleared is checked
-    tolerance = max((r.fix_spec.tolerance if r.fix_spec is not None else 1e-5) for r in specs)
+    tolerance = max((r.fix_spec.tolerance_for(f) if r.fix_spec is not None else 1e-5) for f, r in zip(chosen, specs))
     label = chosen[0].slug if len(chosen) == 1 else "the whole patch"
     with _patched_copy(plan, [f.id for f in chosen], workload.entry) as patched:
         return workload.measure(patched, label, seconds, tolerance, any(r.patch_spec.through_loader for r in specs),

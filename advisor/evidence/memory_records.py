@@ -48,3 +48,26 @@ class StepMemory(Record):
     @property
     def peak_share(self) -> float | None:
         return self.peak_bytes / self.capacity_bytes if self.capacity_bytes else None
+
+
+class PeakMemoryAB(Record):
+    """A memory fix measured (``verify/memory_ab.py``): each side's peak over the same steps, alternately, and what
+    the fix costs the step's time, from interleaved pairs."""
+
+    method: str = Field(default="", description="how each peak was measured (workload/peak_memory.py)")
+    baseline_peak_bytes: list[int] = Field(default_factory=list, description="the baseline's peak, step by step")
+    candidate_peak_bytes: list[int] = Field(default_factory=list, description="the candidate's, the same steps")
+    ratio: float = Field(default=1.0, description="the candidate's highest peak over the baseline's")
+    time_ratio: float | None = Field(default=None, description="the candidate's step time over the baseline's "
+                                                               "(median of pairs): above 1, what the memory costs")
+    time_low: float | None = Field(default=None, description="95% interval of time_ratio, low end")
+    time_high: float | None = None
+
+    def said(self) -> str:
+        """One line for every report: the peaks, then the cost."""
+        base, cand = max(self.baseline_peak_bytes, default=0), max(self.candidate_peak_bytes, default=0)
+        text = f"peak {base / 2**20:.4g} → {cand / 2**20:.4g} MB ({self.ratio:.2f}x)"
+        if self.time_ratio is not None:
+            text += (f"; the step takes {self.time_ratio:.2f}x as long [{self.time_low:.2f}-{self.time_high:.2f}]"
+                     if self.time_low is not None else f"; the step takes {self.time_ratio:.2f}x as long")
+        return text

@@ -164,6 +164,8 @@ def _where(finding: Finding) -> str:
 def _verdict(v: Verification | None) -> str:
     if v is None:
         return "not verified"
+    if v.memory is not None:
+        return f"{v.status} for memory: {_escape(v.memory.said())}"
     if v.speedup is not None:
         return f"{v.status} {v.speedup:.2f}× [{v.ci_low:.2f}–{v.ci_high:.2f}]"
     return v.status

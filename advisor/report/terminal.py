@@ -109,6 +109,8 @@ def print_readiness(report: Report) -> None:
 
 
 def describe_verification(v: Verification) -> str:
+    if v.memory is not None:
+        return f"{v.status} for memory: {v.memory.said()}, n={v.samples}"
     if v.speedup is not None:
         text = f"{v.status} {v.speedup:.2f}x [{v.ci_low:.2f}–{v.ci_high:.2f}], n={v.samples}"
         if v.compile_s is not None:

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Literal
 
 from advisor.evidence import Location, Margin
+from advisor.evidence.memory_records import PeakMemoryAB
 from advisor.machine.state import MeasurementConditions
 from advisor.records import Field, Record
 from advisor.rulekit.docs import RuleDoc, parse_doc
@@ -98,6 +99,8 @@ class Verification(Record):
     device: str = ""
     note: str = ""
     conditions: MeasurementConditions | None = Field(default=None, description="the machine while the pairs ran")
+    memory: PeakMemoryAB | None = Field(default=None, description="a memory fix's measurement: each side's peak, and "
+                                                                   "what the fix costs the step's time (no speedup)")
 
     @property
     def rejected(self) -> bool:
@@ -182,6 +185,11 @@ class FixSpec:
     needs_cuda: str = ""
     expected: Callable[[Any], str | None] | None = None
     whole_runs: str = ""  # why the fix cannot be switched on and off between steps of one run of a script
+    measures: Literal["time", "memory"] = "time"  # what the fix is for: the step's time, or its peak memory
+    tolerance_of: Callable[[Any], float] | None = None  # a finding's own tolerance, where its fix varies with it
+
+    def tolerance_for(self, finding: Any) -> float:
+        return self.tolerance_of(finding) if self.tolerance_of is not None else self.tolerance
 
     def unmeasurable(self, finding: Any, device: str) -> str | None:
         """Why this finding's fix is reported as expected rather than measured, here; None to measure it."""
@@ -230,7 +238,8 @@ class Rule:
         return self.docs.title or self.slug
 
     def fix(self, fn: Callable[..., Any] | None = None, *, tolerance: float = 1e-5, what: str = "",
-            needs_cuda: str = "", expected: Callable[[Any], str | None] | None = None, whole_runs: str = ""):
+            needs_cuda: str = "", expected: Callable[[Any], str | None] | None = None, whole_runs: str = "",
+            measures: Literal["time", "memory"] = "time", tolerance_of: Callable[[Any], float] | None = None):
         """Register ``fix(target, finding) -> Target``, which makes findings verifiable.
 
         Use bare (``@check.fix``) or with the numerical tolerance the change allows
@@ -239,12 +248,16 @@ class Rule:
         declares a change that only shows on a CUDA device; ``expected=fn(finding)`` returns the
         reason a finding cannot be measured (or None). Both are decided before any model runs.
         ``whole_runs="why"``: under ``advisor run`` the fix is measured in whole runs of the script, not
-        switched between its steps (a cost that falls on some steps only).
+        switched between its steps (a cost that falls on some steps only). ``measures="memory"``: the fix lowers
+        the step's peak memory, which its verification measures (with what it costs the step's time), not a
+        speedup. ``tolerance_of=fn(finding)``: the finding's own tolerance, where its fix depends on the finding
+        (``tolerance`` is then the most any allows).
         A fix may still raise NotVerifiable when the device it runs on lacks what it needs.
         """
         def register(function: Callable[..., Any]) -> Callable[..., Any]:
             self.fix_spec = FixSpec(apply=function, tolerance=tolerance, what=what or function.__doc__ or "",
-                                    needs_cuda=needs_cuda, expected=expected, whole_runs=whole_runs)
+                                    needs_cuda=needs_cuda, expected=expected, whole_runs=whole_runs,
+                                    measures=measures, tolerance_of=tolerance_of)
             return function
         return register(fn) if fn is not None else register
 

@@ -56,7 +56,9 @@ def _fix(rule: Any) -> list[str]:
     lines = ["## Fix and its safety", ""]
     spec = rule.fix_spec
     if spec is not None and spec.apply is not None:
-        lines.append(f"- Verified: {spec.what or 'the rule fix'} is applied to a copy (or a run) and measured, its "
+        measured = "its peak memory measured (and what it costs the step's time)" if spec.measures == "memory" \
+            else "measured"
+        lines.append(f"- Verified: {spec.what or 'the rule fix'} is applied to a copy (or a run) and {measured}, its "
                      f"numerics within {spec.tolerance:g} of the baseline's"
                      + (f"; needs CUDA: {spec.needs_cuda}" if spec.needs_cuda else "") + ".")
     else:

@@ -119,8 +119,11 @@ class RunVerifier:
         return outcome
 
     def _measure(self, findings: list[Finding], share_s: float) -> Verification:
+        if any(self.ruleset.get(f.slug).fix_spec.measures == "memory" for f in findings):
+            return Verification(status="not-verifiable-here", note="a memory fix is measured on copies of a model "
+                                "file's step (advisor audit), not in runs of a script, which time it")
         fixes = _fixes(findings)
-        tolerance = max((self.ruleset.get(f.slug).fix_spec.tolerance for f in findings), default=1e-5)
+        tolerance = max((self.ruleset.get(f.slug).fix_spec.tolerance_for(f) for f in findings), default=1e-5)
         whole_runs = self._why_whole_runs(findings, fixes)
         if not whole_runs:
             from advisor.run.switched_arms import measure_switched

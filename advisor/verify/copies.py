@@ -17,15 +17,18 @@ from typing import Any, Callable
 import torch
 from torch.utils._pytree import tree_map
 
+from advisor.evidence.memory_records import PeakMemoryAB
 from advisor.rulekit.engine import RuleSet
 from advisor.rulekit.rule import Finding, FixSpec, NotVerifiable, Verification
 from advisor.verify.compiled import WatchedRewrite, eager_random_in_compiled_code
 from advisor.verify.interleave import interleave
 from advisor.verify.measure import power_said, smallest_resolvable, verdict, why_inconclusive
+from advisor.verify.memory_ab import memory_verdict, peaks_alternately
 from advisor.verify.numerics import compare, gradients_after, outputs_after, tolerance_at
 from advisor.verify.orchestrate import measure_fixes
 from advisor.verify.plan import MeasuredFixes
 from advisor.workload.feed import Feed
+from advisor.workload.peak_memory import PEAK_METHOD, PeakUnmeasurable
 from advisor.workload.reduced_precision import parameter_precision
 from advisor.workload.step import make_step
 from advisor.workload.target import Target, call_user
@@ -96,15 +99,16 @@ def verify_one(
         return Verification(status="fix-failed", device=device, note=f"applying the fix raised {type(broken).__name__}: {broken}")
     if candidate is target:
         return Verification(status="fix-failed", device=device, note="the fix returned the target unchanged")
-    tolerance = max(spec.tolerance for _, spec in fixes)
+    tolerance = max(spec.tolerance_for(finding) for finding, spec in fixes)
     if candidate.loader_options != target.loader_options:
         return _verify_loader(target, candidate, budget, progress, label, pairs)
     rewrite = None
     if candidate.compile_backend is not None:
         rewrite = WatchedRewrite(candidate.compile_backend)
         candidate = dataclasses.replace(candidate, compile_backend=rewrite)
+    measure = _memory_measured if any(spec.measures == "memory" for _, spec in fixes) else _interleaved
     try:
-        return _verify_step(target, candidate, tolerance, budget, progress, label, rewrite, pairs)
+        return _verify_step(target, candidate, tolerance, budget, progress, label, rewrite, pairs, measure)
     except Exception as broken:  # noqa: BLE001 - the fixed copy may not run at all
         return Verification(status="fix-failed", device=device, tolerance=tolerance,
                             note=f"the fixed copy raised {type(broken).__name__}: {str(broken).splitlines()[0] if str(broken) else ''}")
@@ -112,7 +116,10 @@ def verify_one(
 
 def _verify_step(target: Target, candidate: Target, tolerance: float | None, budget: Budget,
                  progress: Callable[[str], None], label: str, rewrite: WatchedRewrite | None = None,
-                 pairs: int | None = None) -> Verification:
+                 pairs: int | None = None, measure: Callable[..., Verification] | None = None) -> Verification:
+    """Numerics on the feed's first batch, then ``measure`` (the interleaved timing of the step; a memory fix's
+    peaks and its cost)."""
+    measure = measure or _interleaved
     device = str(target.device)
     base_model, base_feed, base_opt = target.fresh()
     cand_model, cand_feed, cand_opt = candidate.fresh()
@@ -146,7 +153,7 @@ def _verify_step(target: Target, candidate: Target, tolerance: float | None, bud
     note = "; ".join(p for p in (_numerics_note(target, comparison), raised) if p)
     if rewrite is not None and (what := rewrite.described()):
         note += f"; the candidate rewrote {what}"
-    return _interleaved(target, base_step, cand_step, budget, progress, label, pairs, errors, note)
+    return measure(target, base_step, cand_step, budget, progress, label, pairs, errors, note)
 
 
 def _interleaved(target: Target, base_step: Callable[[], Any], cand_step: Callable[[], Any], budget: Budget,
@@ -158,6 +165,32 @@ def _interleaved(target: Target, base_step: Callable[[], Any], cand_step: Callab
         cand_step()
     progress(f"{label}: timing baseline and candidate, interleaved")
     return _measured(interleave(base_step, cand_step, target.device, **_pairs(budget, pairs)), fields, note=note)
+
+
+def _memory_measured(target: Target, base_step: Callable[[], Any], cand_step: Callable[[], Any], budget: Budget,
+                     progress: Callable[[str], None], label: str, pairs: int | None, fields: dict,
+                     note: str) -> Verification:
+    """A memory fix: both steps warmed up, each side's peak over the same steps alternately (the verdict), then
+    the interleaved pairs for what the fix costs the step's time (reported beside the peaks, never as a gain)."""
+    for _ in range(WARMUP_STEPS):
+        base_step()
+        cand_step()
+    progress(f"{label}: the peak memory of baseline and candidate, alternately")
+    try:
+        base_peaks, cand_peaks = peaks_alternately(base_step, cand_step, target.device)
+    except PeakUnmeasurable as busy:
+        return Verification(status="not-verifiable-here", note=f"{note}; {busy}", **fields)
+    status, why = memory_verdict(base_peaks, cand_peaks)
+    progress(f"{label}: what the fix costs the step's time, interleaved")
+    ab = interleave(base_step, cand_step, target.device, **_pairs(budget, pairs))
+    low, high = ab.interval()
+    memory = PeakMemoryAB(method=PEAK_METHOD[target.device.type == "cuda"], baseline_peak_bytes=base_peaks,
+                          candidate_peak_bytes=cand_peaks, ratio=round(max(cand_peaks) / max(max(base_peaks), 1), 4),
+                          time_ratio=round(1 / ab.speedup, 4), time_low=round(1 / high, 4), time_high=round(1 / low, 4))
+    return Verification(status=status, memory=memory, note="; ".join(n for n in (why, note) if n),
+                        baseline_ms=round(statistics.median(ab.baseline_ms), 4),
+                        candidate_ms=round(statistics.median(ab.candidate_ms), 4), samples=len(ab.baseline_ms),
+                        conditions=ab.conditions, **fields)
 
 
 def _first_result(target: Target, model: torch.nn.Module, feed: Feed, step: Callable[[], Any]) -> list[torch.Tensor]:

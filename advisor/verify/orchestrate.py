@@ -22,7 +22,7 @@ def contended_loss(verification: Verification) -> list[str]:
 def measure_fixes(findings: list[Finding], measure_set: Callable[[list[Finding], float], Verification],
                   budget_s: float | None, minimum_s: Callable[[list[Finding]], float] = lambda chosen: 0.0, device: str = "",
                   progress: Callable[[str], None] = lambda text: None) -> MeasuredFixes:
-    """Each finding's fix alone (findings as planned: most impact first), then every verified fix together,
+    """Each finding's fix alone (findings as planned: most impact first), then every verified fix for time together,
     wherever the entry point runs them (``measure_set(findings, seconds)``: a child per set, runs of a
     script, or copies in this process). Each gets an equal share of the budget left, with one share kept
     for all together; a fix is skipped when less than ``minimum_s([finding])`` is left (what its measurement needs
@@ -43,7 +43,7 @@ def measure_fixes(findings: list[Finding], measure_set: Callable[[list[Finding],
         progress(f"{finding.slug}: measuring its fix against the baseline, alternately")
         outcome = measure_set([finding], max(left() / (len(findings) - index + together), minimum_s([finding])))
         measured.results[finding.id] = outcome
-        if outcome.status == "verified":
+        if outcome.status == "verified" and outcome.memory is None:  # a memory fix costs time: not in the together
             verified.append(finding)
     if skipped:  # what would have measured them: the time spent, plus one minimal measurement each
         wanted = (time.monotonic() - began) + sum(minimum_s([by_id[finding_id]]) for finding_id in skipped)
