@@ -142,13 +142,13 @@ def _places(ev: Evidence, remedy: dict[str, Any]) -> list[Location]:
     for node in ev.graph.nodes:
         if node.op.startswith("call") and node.file and (node.module_path == first or node.module_path.startswith(first + ".")):
             return [Location.at(node.file, node.line, function=f"module {first}",
-                                note=f"in {remedy['block_type']} ({_span(remedy['blocks'])}): run each of these blocks "
-                                     "through torch.utils.checkpoint where it is called")]
+                                note=f"in {remedy['block_type']} ({_span(remedy['blocks'])}, {len(remedy['blocks'])} blocks): run "
+                                     "each through torch.utils.checkpoint where it is called")]
     return []
 
 
 def _span(paths: list[str]) -> str:
-    return f"{paths[0]} ... {paths[-1]}, {len(paths)} blocks"
+    return f"{paths[0]} ... {paths[-1]}"
 
 
 def _fix(kind: str, remedy: dict[str, Any]) -> Fix:
