@@ -4,7 +4,9 @@ What it detects:
     The step's peak memory (what it starts with plus the most its allocations rise, by the CUDA caching allocator's
     or the CPU allocator's count) at or above ``min_share`` of the capacity: the GPU's memory, or on a CPU the
     memory the process holds and could still get (the host's available RAM, or the cgroup's memory limit where one
-    binds). The kind that holds most of the peak decides the advice.
+    binds). On CUDA what the caching allocator reserved over the step counts where it is more than the peak: a
+    reserve with ``min_cached_free`` of it in free cached blocks is fragmentation, and said so. The kind that holds
+    most of the peak decides the advice.
 
 Why it matters:
     A step near its device's capacity fails with an out-of-memory error on the first longer sequence or larger
@@ -14,7 +16,8 @@ Why it matters:
 How to fix:
     Activations: recompute them in the backward (``torch.utils.checkpoint`` around the repeated blocks) or halve
     them with bf16 autocast. Optimizer state: a lighter optimizer (Adafactor, 8-bit Adam), or shard it across
-    ranks (ZeRO, FSDP). Parameters: keep them in bf16, or shard them (FSDP). The fix is verified for memory: a
+    ranks (ZeRO, FSDP). Parameters: keep them in bf16, or shard them (FSDP). Fragmentation:
+    ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`` before CUDA starts. The fix is verified for memory: a
     training step whose activations hold most of the peak gets its repeated blocks (the indexed children of one
     container, ``h.0`` ... ``h.11``, that run the same operators, and hold no BatchNorm, whose running statistics a
     recomputation would update twice) checkpointed; without such blocks, or where temporaries hold most, the step
@@ -53,6 +56,8 @@ ADVICE = {
 MIN_BLOCK_OPERATORS = 3  # a block of one or two operators saves what checkpointing would save anyway: its input
 TOLERANCE = {"checkpoint": 1e-4, "autocast": 0.05}  # recomputation repeats the same operators; bf16 rounds them
 DOCS = ["https://pytorch.org/docs/stable/checkpoint.html", "https://pytorch.org/blog/understanding-gpu-memory-1/"]
+EXPANDABLE = ("set before CUDA starts: the allocator grows segments in place instead of leaving blocks too small to "
+              "reuse; not measured here, where baseline and candidate share one process")
 
 
 @rule(
@@ -61,8 +66,11 @@ DOCS = ["https://pytorch.org/docs/stable/checkpoint.html", "https://pytorch.org/
     layer=Layer.MODEL,
     needs=("memory",),
     severity=Severity.MEDIUM,
-    thresholds={"min_share": Threshold(0.8, "peak tensor memory over the capacity"),
-                "high_share": Threshold(0.9, "share at which the finding is high")},
+    thresholds={"min_share": Threshold(0.8, "the step's peak (or what the caching allocator reserved for it, where "
+                                            "more) over the capacity"),
+                "high_share": Threshold(0.9, "share at which the finding is high"),
+                "min_cached_free": Threshold(0.25, "share of the reserve in free cached blocks from which it is "
+                                                   "called fragmentation")},
 )
 def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     memory = ev.memory
@@ -70,21 +78,30 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     if share is None:
         yield Clean(why="the capacity of the device could not be read")
         return
-    yield Margin(quantity="peak tensor memory over the capacity", value=round(share, 4), threshold=th.min_share, noise=0.0)
+    yield Margin(quantity="the step's memory over the capacity", value=round(share, 4), threshold=th.min_share, noise=0.0)
     if share < th.min_share:
         return
     kind, held = max(memory.kinds.items(), key=lambda item: item[1])
     remedy = _remedy(ev, kind)
+    fragmented = memory.cached_free_bytes >= th.min_cached_free * memory.held_bytes
+    cached = (f"; the caching allocator reserved {memory.held_bytes / 2**30:.3g} GB for it, "
+              f"{memory.cached_free_bytes / 2**30:.3g} GB in free blocks it keeps cached (fragmentation)") if fragmented else ""
+    fix = _fix(kind, remedy)
+    if fragmented:
+        fix = fix.model_copy(update={"summary": f"{fix.summary}; against the fragmentation, "
+                                                f"PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True ({EXPANDABLE})"})
     yield Finding(
         severity=Severity.HIGH if share >= th.high_share else Severity.MEDIUM,
         message=(f"the step's peak holds {memory.peak_bytes / 2**30:.3g} GB of the {memory.capacity_bytes / 2**30:.3g} GB "
-                 f"{memory.capacity_kind} ({share:.0%}); {kind} hold {held / 2**30:.3g} GB of it "
+                 f"{memory.capacity_kind}{cached} ({share:.0%} taken); {kind} hold {held / 2**30:.3g} GB of the peak "
                  f"({held / memory.peak_bytes:.0%}): no room for a larger batch or a longer input"),
         impact=None,
         evidence={"peak_bytes": memory.peak_bytes, "capacity_bytes": memory.capacity_bytes, "share": round(share, 4),
-                  "kinds": memory.kinds, "largest_kind": kind, **remedy},
+                  "kinds": memory.kinds, "largest_kind": kind, **remedy,
+                  **({"reserved_bytes": memory.reserved_bytes, "cached_free_bytes": memory.cached_free_bytes}
+                     if memory.reserved_bytes is not None else {})},
         locations=_places(ev, remedy),
-        fix=_fix(kind, remedy),
+        fix=fix,
     )
 
 

@@ -29,10 +29,10 @@ SLUG = "memory-near-capacity"
 SPEC = load_rules().get(SLUG).fix_spec
 
 
-def _filled(evidence, share: float = 0.93, **memory):
-    """The evidence as on a GPU whose memory the step fills to ``share``."""
-    held = evidence.memory.model_copy(update=memory) if memory else evidence.memory
-    full = held.model_copy(update={"capacity_bytes": int(held.peak_bytes / share), "capacity_kind": "the device's memory"})
+def _filled(evidence, share: float = 0.93, memory: StepMemory | None = None):
+    """The evidence as on a GPU whose memory the step (``memory``, else the evidence's) takes ``share`` of."""
+    held = memory or evidence.memory
+    full = held.model_copy(update={"capacity_bytes": int(held.held_bytes / share), "capacity_kind": "the device's memory"})
     return as_cuda(evidence).model_copy(update={"memory": full})
 
 
@@ -152,3 +152,18 @@ def test_an_audit_verifies_the_memory_fix_end_to_end(tmp_path):
     assert verification["status"] == "verified" and verification["speedup"] is None
     assert verification["memory"]["ratio"] < 0.8 and len(verification["memory"]["baseline_peak_bytes"]) == 2
     assert "verified for memory" in done.stdout
+
+
+def test_a_reserve_the_step_does_not_fill_is_fragmentation_and_counts_toward_the_capacity():
+    evidence = saved_evidence("gpt_block")
+    peak = evidence.memory.peak_bytes
+    reserved = evidence.memory.model_copy(update={"reserved_bytes": 2 * peak})  # half the reserve in free cached blocks
+    assert reserved.cached_free_bytes == peak and reserved.held_bytes == 2 * peak
+    [finding] = check_rule(SLUG, _filled(evidence, memory=reserved, share=0.93))  # the reserve at 93%, the peak at 47%
+    assert "fragmentation" in finding.message and "expandable_segments:True" in finding.fix.summary
+    assert finding.evidence["cached_free_bytes"] == peak and finding.evidence["remedy"] == "checkpoint"
+    report = assemble_report(Gathered(evidence=_filled(evidence, memory=reserved)), RuleConfig.load())
+    assert "of it in free cached blocks" in render_markdown(report) and "of it in free cached blocks" in render_html(report)
+    filled = evidence.memory.model_copy(update={"reserved_bytes": int(peak * 1.1)})  # a reserve the step nearly fills
+    [finding] = check_rule(SLUG, _filled(evidence, memory=filled))
+    assert "fragmentation" not in finding.message and "expandable_segments" not in finding.fix.summary

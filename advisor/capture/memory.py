@@ -80,6 +80,8 @@ def _accounted(step: Callable[[], Any], parts: tuple | None, device: torch.devic
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor), makers:
             step()
     held = held_bytes(parts, device) if parts is not None else 0
+    if device.type == "cuda":  # the earlier stages' copies left their blocks cached: the reserve is this step's alone
+        torch.cuda.empty_cache()
     try:
         peak: int | None = held + rise_of(first_step, device)
     except PeakUnmeasurable:
@@ -88,6 +90,7 @@ def _accounted(step: Callable[[], Any], parts: tuple | None, device: torch.devic
     finally:
         hook.remove()
     synchronize(device)
+    reserved = int(torch.cuda.max_memory_reserved(device)) if device.type == "cuda" else None  # since rise_of's reset
     kept = _kept(model, optimizer)
     after_first = _live_storages(device, kept)
     ends.append(sum(size for size, _ in after_first.values()))
@@ -104,7 +107,7 @@ def _accounted(step: Callable[[], Any], parts: tuple | None, device: torch.devic
         kinds["temporaries"] = max(0, peak - sum(kinds.values()))
     growth = (ends[-1] - ends[0]) / (len(ends) - 1)
     return StepMemory(device=str(device), steps=steps, kinds={k: v for k, v in kinds.items() if v > 0},
-                      peak_bytes=peak if peak is not None else sum(kinds.values()),
+                      peak_bytes=peak if peak is not None else sum(kinds.values()), reserved_bytes=reserved,
                       method=f"{PEAK_METHOD[device.type == 'cuda']}; tensors accounted by kind" if peak is not None
                       else "tensor accounting, the kinds summed (another profiler held the CPU allocator's events)",
                       step_end_bytes=ends, growth_bytes_per_step=growth,

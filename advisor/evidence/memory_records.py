@@ -40,14 +40,28 @@ class StepMemory(Record):
     growth_bytes_per_step: float = Field(default=0.0, description="from before the first measured step to the last's end")
     held: list[HeldMemory] = Field(default_factory=list, description="where the memory that outlived the steps "
                                                                     "was made, most first")
+    reserved_bytes: int | None = Field(default=None, description="CUDA: the most the caching allocator held from the "
+                                                                 "device over the measured step (the step's blocks, and "
+                                                                 "free ones it kept cached)")
     capacity_bytes: int | None = Field(default=None, description="the device's memory (CUDA) or the RAM available")
     capacity_kind: str = ""
     larger_batch: LargerBatch | None = None
     note: str = Field(default="", description="what could not be measured, and why")
 
     @property
+    def held_bytes(self) -> int:
+        """What the step takes from the device: its peak, or what the caching allocator reserved for it where more."""
+        return max(self.peak_bytes, self.reserved_bytes or 0)
+
+    @property
+    def cached_free_bytes(self) -> int:
+        """Reserved by the caching allocator beyond the step's peak: blocks its tensors did not fill."""
+        return max(0, (self.reserved_bytes or 0) - self.peak_bytes)
+
+    @property
     def peak_share(self) -> float | None:
-        return self.peak_bytes / self.capacity_bytes if self.capacity_bytes else None
+        """What the step takes from the device over its capacity."""
+        return self.held_bytes / self.capacity_bytes if self.capacity_bytes else None
 
 
 class PeakMemoryAB(Record):

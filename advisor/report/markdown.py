@@ -81,7 +81,9 @@ def _memory(report: Report) -> list[str]:
     if memory is None:
         return []
     kinds = ", ".join(f"{kind} {held / 2**20:.3g} MB" for kind, held in memory.kinds.items())
-    lines = [f"Memory: peak {memory.peak_bytes / 2**20:.3g} MB ({kinds})"
+    reserved = (f"; the caching allocator reserved {memory.reserved_bytes / 2**20:.3g} MB, "
+                f"{memory.cached_free_bytes / 2**20:.3g} MB of it in free cached blocks" if memory.reserved_bytes is not None else "")
+    lines = [f"Memory: peak {memory.peak_bytes / 2**20:.3g} MB ({kinds}){reserved}"
              + (f"; grows {memory.growth_bytes_per_step / 2**20:.3g} MB a step" if memory.growth_bytes_per_step > 0 else "")]
     if memory.larger_batch is not None:
         batch = memory.larger_batch
