@@ -110,7 +110,8 @@ def _remedy(ev: Evidence, kind: str) -> dict[str, Any]:
     autocast (activations or temporaries, in a step not under autocast yet), else nothing automatic."""
     if kind == "activations" and ev.target.mode == "train" and (blocks := repeated_blocks(ev.graph)) is not None:
         paths, block_type = blocks
-        return {"remedy": "checkpoint", "blocks": paths, "block_type": block_type}
+        return {"remedy": "checkpoint", "blocks": paths, "block_type": block_type,
+                **({"switch": ev.target.checkpointing_switch} if ev.target.checkpointing_switch else {})}
     if kind in ("activations", "temporaries") and ev.target.autocast is None:
         dtype = "float16" if ev.on_cuda and not is_ampere_or_newer(ev.env) else "bfloat16"
         return {"remedy": "autocast", "autocast_dtype": dtype}
@@ -169,6 +170,10 @@ def _span(paths: list[str]) -> str:
 
 
 def _fix(kind: str, remedy: dict[str, Any]) -> Fix:
+    if remedy["remedy"] == "checkpoint" and (switch := remedy.get("switch")):
+        return Fix(summary=(f"recompute the activations of the {len(remedy['blocks'])} {remedy['block_type']} blocks "
+                            f"({_span(remedy['blocks'])}) in the backward with the model's own switch: {switch}"),
+                   before="model = get_model()", after=f"model = get_model()\n{switch}", docs=DOCS)
     if remedy["remedy"] == "checkpoint":
         return Fix(summary=(f"recompute the activations of the {len(remedy['blocks'])} {remedy['block_type']} blocks "
                             f"({_span(remedy['blocks'])}) in the backward: call each through "

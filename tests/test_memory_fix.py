@@ -167,3 +167,24 @@ def test_a_reserve_the_step_does_not_fill_is_fragmentation_and_counts_toward_the
     filled = evidence.memory.model_copy(update={"reserved_bytes": int(peak * 1.1)})  # a reserve the step nearly fills
     [finding] = check_rule(SLUG, _filled(evidence, memory=filled))
     assert "fragmentation" not in finding.message and "expandable_segments" not in finding.fix.summary
+
+
+class _WithSwitch(torch.nn.Module):
+    """A model whose library gives it its own checkpointing switch, as transformers' PreTrainedModel does."""
+
+    supports_gradient_checkpointing = True
+
+    def gradient_checkpointing_enable(self, gradient_checkpointing_kwargs=None):
+        pass
+
+
+def test_a_model_with_its_own_checkpointing_switch_is_told_to_use_it():
+    from advisor.capture.describe_target import checkpointing_switch
+
+    switch = checkpointing_switch(_WithSwitch())
+    assert switch.startswith("model.gradient_checkpointing_enable(") and checkpointing_switch(torch.nn.Linear(2, 2)) == ""
+    evidence = saved_evidence("gpt_block")
+    evidence = evidence.model_copy(update={"target": evidence.target.model_copy(update={"checkpointing_switch": switch})})
+    [finding] = check_rule(SLUG, _filled(evidence))
+    assert finding.evidence["switch"] == switch and switch in finding.fix.summary and switch in finding.fix.after
+    assert finding.evidence["blocks"] == ["h.0", "h.1"]  # what the verification checkpoints, as the switch would

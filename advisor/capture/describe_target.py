@@ -39,6 +39,16 @@ def describe_model(info: TargetInfo, model: torch.nn.Module) -> None:
     for module in model.modules():
         name = type(module).__qualname__
         info.module_types[name] = info.module_types.get(name, 0) + 1
+    info.checkpointing_switch = checkpointing_switch(model)
+
+
+def checkpointing_switch(model: torch.nn.Module) -> str:
+    """The call that turns on the model's own activation checkpointing, where its library gives it one."""
+    if getattr(model, "supports_gradient_checkpointing", False) and callable(getattr(model, "gradient_checkpointing_enable", None)):
+        return 'model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})'  # transformers
+    if callable(getattr(model, "set_grad_checkpointing", None)):
+        return "model.set_grad_checkpointing(True)"  # timm
+    return ""
 
 
 def describe_optimizer(info: TargetInfo, optimizer: Any) -> None:

@@ -100,6 +100,8 @@ class TargetInfo(Record):
     forward_call: Location | None = Field(default=None, description="where a script calls the model, when that "
                                                                     "line is the user's (not a library's loop)")
     module_types: dict[str, int] = Field(default_factory=dict, description="module class -> count in the model")
+    checkpointing_switch: str = Field(default="", description="the model's own activation-checkpointing switch, where "
+                                                              "it has one (transformers', timm's), as a call")
     optimizer_param_tensors: int = Field(default=0, description="parameter tensors the optimizer updates")
     step: StepReading | None = Field(default=None, description="what one step contained (advisor run)")
 
