@@ -108,6 +108,17 @@ def test_a_short_collector_pass_in_a_step_another_process_slowed_explains_that_p
     assert findings == [] and run.margin.value == pytest.approx(10 / 230, abs=1e-3)  # not the whole 30 ms
 
 
+def test_a_wait_for_data_another_process_stretched_is_not_the_loaders():
+    times, waits, held = [10.0] * 20, [1.0] * 20, [0.0] * 20
+    for step in (6, 12, 17):  # the batch's collation descheduled: its wait and the CPU wait rise together
+        times[step], waits[step], held[step] = 40.0, 26.0, 25.0
+    findings, run = _run(_logged(times, data_wait_ms=waits, cpu_wait_ms=held), "step-outliers")
+    assert findings == [] and run.margin.value == 0 and "3 outlier step(s)" in run.why
+    held[12] = 5.0  # where the wait outlasts what other processes held, the rest is the loader's
+    [finding], _ = _run(_logged(times, data_wait_ms=waits, cpu_wait_ms=held), "step-outliers")
+    assert finding.evidence["share_of_steps"] == pytest.approx(20 / 290, abs=1e-3)
+
+
 def test_steady_steps_and_advisors_own_steps_are_not_outliers():
     findings, run = _run(_logged([10.0, 10.4, 9.8, 10.1, 10.3, 9.9] * 3), "step-outliers")
     assert findings == [] and run.margin.value == 0

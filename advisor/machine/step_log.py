@@ -84,12 +84,16 @@ class StepLog(Record):
 
 
 def _explained(step: LoggedStep, excess_ms: float, usual: dict[str, float]) -> float:
-    """The part of the excess the script's own causes account for (not another process's hold on the CPU)."""
+    """The part of the excess the script's own causes account for (not another process's hold on the CPU). The wait
+    for a CPU held elsewhere falls inside those causes' wall time as much as anywhere in the step (a batch collated, a
+    collector's pass, a save, all slowed alike), so what it adds is taken from theirs: a data wait that another
+    process stretched is not the loader's."""
     if step.evaluation or step.compiled_frames:
         return excess_ms
     own = sum(max(0.0, (getattr(step, quantity) or 0.0) - usual[quantity])
               for quantity, _ in TIMED_CAUSES if quantity != "cpu_wait_ms")
-    return min(excess_ms, own)
+    held_elsewhere = max(0.0, (step.cpu_wait_ms or 0.0) - usual["cpu_wait_ms"])
+    return min(excess_ms, max(0.0, own - held_elsewhere))
 
 
 def _causes(step: LoggedStep, excess_ms: float, usual: dict[str, float]) -> list[str]:
