@@ -61,13 +61,12 @@ from advisor.rulekit.rule import Clean, Finding, Fix, Layer, Location, Margin, S
 from advisor.sources import is_library_path, site_label
 from advisor.stats import percentile
 from advisor.trace.parse import Trace
+from advisor.trace.roofline import ITEMSIZE
 
 # A line that emits this many top-level ops per step runs inside a Python loop (a GRU cell over 64
 # time steps emits 64 per line; straight-line code emits one per line and call).
 # Severity: HIGH when the measure is at most half of its threshold (twice as deep in the storm).
 # Bytes per element of the dtypes the profiler records (record_shapes' "Input type").
-ELEMENT_BYTES = {"float": 4, "c10::BFloat16": 2, "c10::Half": 2, "double": 8, "long int": 8, "int": 4,
-                 "short int": 2, "bool": 1, "unsigned char": 1, "signed char": 1, "c10::complex<float>": 8}
 
 DOCS = ["https://pytorch.org/tutorials/intermediate/torch_compile_tutorial.html",
         "https://pytorch.org/docs/stable/notes/cuda.html#cuda-graphs"]
@@ -211,7 +210,7 @@ def _tensor_bytes(op) -> int:
             count = 1
             for d in dims:
                 count *= d
-            total += count * ELEMENT_BYTES.get(dtype, 4)
+            total += count * ITEMSIZE.get(dtype, 4)
     return total
 
 

@@ -19,6 +19,7 @@ from typing import Callable
 import torch
 
 from advisor.machine.peaks import MachinePeaks, published_peaks
+from advisor.workload.timing import timer_for
 
 MATMUL_LONG_S = 0.01
 LARGEST_SIDE = 4096
@@ -96,22 +97,14 @@ def copy_bandwidth(device: torch.device) -> float:
 
 
 def best_seconds(work: Callable[[], object], device: torch.device) -> float:
-    """The fastest of the runs of ``work`` within REPEAT_S (three at the least), after one to warm."""
+    """The fastest of the runs of ``work`` within REPEAT_S (three at the least), after one to warm, each timed as a
+    step is (``workload/timing.py``: CUDA events on a GPU)."""
+    timed = timer_for(device)
     work()
     runs: list[float] = []
     began = time.perf_counter()
     while len(runs) < 3 or time.perf_counter() - began < REPEAT_S:
-        if device.type == "cuda":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            work()
-            end.record()
-            end.synchronize()
-            runs.append(start.elapsed_time(end) / 1000)
-        else:
-            once = time.perf_counter()
-            work()
-            runs.append(time.perf_counter() - once)
+        runs.append(timed(work) / 1000)
     return max(min(runs), 1e-9)
 
 

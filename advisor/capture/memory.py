@@ -25,7 +25,6 @@ from __future__ import annotations
 import gc
 import os
 import statistics
-import time
 import weakref
 from typing import Any, Callable
 
@@ -39,6 +38,7 @@ from advisor.workload.feed import Feed
 from advisor.workload.peak_memory import PEAK_METHOD, PeakUnmeasurable, held_bytes, input_tensors, kept_kinds, rise_of
 from advisor.workload.step import make_step, synchronize
 from advisor.workload.target import Target, batch_size
+from advisor.workload.timing import timer_for
 
 STEPS = 2  # the first traced; memory summed before it and after each: two rises to say it grows every step
 LARGER_BATCH_FACTOR, LARGER_BATCH_STEPS, LARGER_BATCH_WARMUP = 2, 3, 1
@@ -253,13 +253,9 @@ def _larger_batch(target: Target, parts: tuple, step_ms: float) -> LargerBatch |
 
 
 def _median_ms(step: Callable[[], Any], device: torch.device) -> float:
+    """Timed as the timing stage times the audited batch's step (``workload/timing.py``)."""
+    timed = timer_for(device)
     for _ in range(LARGER_BATCH_WARMUP):
         step()
     synchronize(device)
-    times = []
-    for _ in range(LARGER_BATCH_STEPS):
-        began = time.perf_counter()
-        step()
-        synchronize(device)
-        times.append((time.perf_counter() - began) * 1000)
-    return statistics.median(times)
+    return statistics.median(timed(step) for _ in range(LARGER_BATCH_STEPS))

@@ -1,4 +1,4 @@
-"""Every step of an ``advisor run``, as the script's process logged it (``run/step_log.py``): the steps that stand
+"""Every step of an ``advisor run``, as the script's process logged it (``run/logged_steps.py``): the steps that stand
 out from the rest and what was in them, and a step time that creeps up through the run.
 
 Only the steps that ran as the script runs alone are judged: the timed ones and, under ``--full``, those after the
@@ -7,7 +7,7 @@ A step is an outlier when it exceeds the typical (median) step by half of it and
 cause is whatever was in it above what a typical step holds: the collector's passes, the wait for data, a save,
 the thread waiting for a CPU other processes held, an evaluation, Dynamo compiling; what none of these explains is
 said to be unexplained. What the script's own causes account for is their time alone (a short collector pass in a
-step another process slowed explains that pass, not the step).
+step another process slowed explains that pass, not the step), less what the wait for a CPU held elsewhere added.
 """
 
 from __future__ import annotations

@@ -29,9 +29,10 @@ from advisor.opnames import (
 from advisor.records import Field, Record
 from advisor.trace.model import Op, SourceRef, Trace
 
+# Bytes per element of each type name the profiler records ("Input type"); kernel-storm reads it too.
 ITEMSIZE = {"float": 4, "double": 8, "c10::BFloat16": 2, "BFloat16": 2, "c10::Half": 2, "Half": 2, "long int": 8,
             "int": 4, "short int": 2, "bool": 1, "unsigned char": 1, "signed char": 1, "c10::Float8_e4m3fn": 1,
-            "c10::Float8_e5m2": 1}
+            "c10::Float8_e5m2": 1, "c10::complex<float>": 8}
 DTYPES = {"float": "float32", "double": "float64", "c10::BFloat16": "bfloat16", "BFloat16": "bfloat16",
           "c10::Half": "float16", "Half": "float16"}
 FORMULA_OPS = TRACE_MATMULS | ROOF_ATTENTION | ROOF_ATTENTION_BACKWARD | ROOF_CONV
