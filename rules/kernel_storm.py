@@ -194,7 +194,7 @@ def _work_share(ev: Evidence, trace: Trace, step_ms: float) -> float | None:
     measured copy bandwidth, over the step: an upper bound on the useful work (cached data moves
     faster than a 64 MB copy), so overhead is never overstated. None without the measurements."""
     env = ev.env
-    if env is None or not env.memory_bandwidth_gbs or not env.matmul_gflops or ev.flops is None:
+    if env is None or not env.memory_bandwidth_gbs or not env.matmul_gflops or ev.flops is None or not ev.flops.counted:
         return None
     step_ops = [o for o in trace.ops if o.step is not None]
     parents = {o.parent for o in step_ops if o.parent is not None}

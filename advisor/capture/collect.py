@@ -99,8 +99,6 @@ def build_evidence(run: CaptureRun, model_file: str,
         evidence.graph = GraphCapture.model_validate_json(text)
     elif (outcome := run.outcomes.get("graph")) is not None and outcome.error is not None:
         evidence.graph_error = outcome.error.message
-    if (text := run.result("flops")) is not None:
-        evidence.flops = FlopCount.model_validate_json(text)
     if (text := run.result("peaks")) is not None:
         evidence.peaks = MachinePeaks.model_validate_json(text)
     if (text := run.result("memory")) is not None:
@@ -117,6 +115,7 @@ def build_evidence(run: CaptureRun, model_file: str,
         path = json.loads(text)["trace_path"]
         try:
             evidence.trace = read_ahead.trace(path) if read_ahead is not None else parse_trace(path)
+            evidence.flops = FlopCount.of_trace(evidence.trace)  # the step's work as the profiler recorded it
         except TraceFormatError as broken:  # the audit goes on without the trace-based rules
             errors.append(StageError(stage="trace", kind="unsupported",
                                      message=f"torch.profiler wrote a trace advisor cannot read ({broken}); "

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 
 from advisor.errors import StageError
-from advisor.evidence import Environment, Evidence, TargetInfo
+from advisor.evidence import Environment, Evidence, FlopCount, TargetInfo
 from advisor.gathered import Gathered
 from advisor.trace.parse import Trace, TraceFormatError
 from advisor.trace.ranks import RankTrace, parse_ranks
@@ -62,4 +62,4 @@ def evidence_from_traces(first: Trace, ranks: list[RankTrace] | tuple = ()) -> E
         if "computeMajor" in device:
             env.gpu_capability = (int(device["computeMajor"]), int(device.get("computeMinor", 0)))
         env.gpu_count = len(first.device_properties)
-    return Evidence(target=target, env=env, trace=first, ranks=list(ranks))
+    return Evidence(target=target, env=env, trace=first, ranks=list(ranks), flops=FlopCount.of_trace(first))

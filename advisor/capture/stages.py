@@ -1,6 +1,7 @@
 """The capture's stages in the supervised child: load the model file, record the environment, time the
-step, watch its calls, profile it, count its FLOPs, capture its graph, count its routing, measure its
-data loader. Each returns its evidence as JSON (the parent builds Evidence from it: ``collect.py``)."""
+step, watch its calls, profile it (the step's FLOPs are read from the trace's shapes, in the parent), measure its
+memory, capture its graph, count its routing, measure its data loader. Each returns its evidence as JSON (the
+parent builds Evidence from it: ``collect.py``)."""
 
 from __future__ import annotations
 
@@ -16,9 +17,10 @@ from advisor.sandbox.registry import StagePlan, stage
 # sessions crash the process), and the watched calls tell in advance. The stages that time something
 # (timing, trace, data) come first. From UNTIMED_FROM on, the parent reads the trace on the other core
 # (collect.TraceReadAhead): Dynamo's capture, mostly single-threaded Python, is not slowed by it, where the
-# FLOP count's multi-threaded kernels were (kernel_storm: 0.06 s alone, 0.8 s beside the parse).
+# memory stage's multi-threaded kernels would be (a step's kernels beside the parse: kernel_storm's FLOP count,
+# once a stage of its own, took 0.8 s there instead of 0.06 s alone).
 CAPTURE = StagePlan(modules=("advisor.capture.stages",),
-                    stages=("load", "env", "timing", "calls", "trace", "data", "flops", "peaks", "memory", "graph", "routing"))
+                    stages=("load", "env", "timing", "calls", "trace", "data", "peaks", "memory", "graph", "routing"))
 UNTIMED_FROM = "graph"
 PROFILE_STEPS = 5
 UNLABELLED_STEPS = 2  # profiled before the labelled ones, for the profiler's own first-step cost (capture/profile.py)
@@ -53,7 +55,7 @@ def leave_a_core_to_the_parent(state: dict) -> None:
 
 def warm_step(state: dict) -> Callable[[], Any]:
     """The step the timing stage warmed up (its last window's copy of the model), which the stages after it that
-    run the step once or a few times share (calls, trace, FLOPs): a fresh copy's first steps are its slowest (its
+    run the step once or a few times share (calls, trace, memory): a fresh copy's first steps are its slowest (its
     gradients and optimizer state allocated, its pages faulted in), and those stages looked for the steady state.
     A fresh copy where the timing made none."""
     from advisor.workload.step import make_step
@@ -140,25 +142,6 @@ def _trace(state: dict, progress: Callable[[str], None]) -> str | None:
         progress("source annotation failed; profiling without it")
         record_trace(step, target.device, path, steps=steps, warmup=warmup, unlabelled=unlabelled, annotate=False)
     return json.dumps({"trace_path": path})
-
-
-@stage("flops", runs_the_step=True)
-def _flops(state: dict, progress: Callable[[str], None]) -> str:
-    import torch
-
-    from advisor.capture.flops import count_flops
-    from advisor.workload.target import call_model, call_user
-
-    target = state["target"]
-    step = warm_step(state)
-
-    def forward() -> None:  # only when counting the whole step fails: a copy of its own
-        model, feed, _ = target.fresh()
-        with torch.no_grad():
-            call_model(model, feed.inputs)
-    counted = count_flops(lambda: call_user("flops", target.path, "the model step", step),
-                          forward if target.mode == "train" else None)
-    return counted.model_dump_json()
 
 
 @stage("peaks")

@@ -11,6 +11,8 @@ from advisor.records import Field, Record
 if TYPE_CHECKING:
     import networkx as nx
 
+    from advisor.trace.model import Trace
+
 
 class GraphNode(Record):
     id: str
@@ -74,6 +76,25 @@ class FlopCount(Record):
 
     total: int = 0
     by_op: dict[str, int] = Field(default_factory=dict)
-    method: str = Field(default="step", description="'step' (counted), 'forward x3' (a training step estimated "
-                                                    "from its forward: backward ~ 2x forward) or 'none'")
-    note: str = Field(default="", description="why the whole step could not be counted, when it could not")
+    method: str = Field(default="trace", description="'trace' (the profiled operators' recorded shapes), 'step' "
+                                                     "(counted by torch's FLOP counter over a step: earlier "
+                                                     "evidence), 'forward x3' (estimated from a forward) or 'none' "
+                                                     "(not counted: the note says why)")
+    note: str = Field(default="", description="why the step could not be counted, when it could not")
+
+    @property
+    def counted(self) -> bool:
+        return self.method != "none"
+
+    @classmethod
+    def of_trace(cls, trace: Trace) -> FlopCount:
+        """The work of the step the profiler recorded: every matmul, convolution and fused attention it ran, forward
+        and backward, from the shapes of their inputs (``trace/roofline.py``). The user's run observed, not a
+        second call of the model: keyword-only models, gradient accumulation and a step's own loss count as run."""
+        from advisor.trace.roofline import formula_flops
+
+        by_op = formula_flops(trace)
+        if by_op is None:
+            return cls(method="none", note="the trace was recorded without the operators' shapes (record_shapes)")
+        return cls(total=int(sum(by_op.values())), by_op={name: int(flops) for name, flops in by_op.items()},
+                   method="trace")

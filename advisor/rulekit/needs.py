@@ -5,13 +5,22 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-NEEDS: dict[str, tuple[Callable[[Any], bool], str]] = {
+
+def _flops_missing(ev: Any) -> str:
+    """A count that failed is missing, never zero: its note says why."""
+    if ev.flops is None:
+        return "the step's FLOPs were not counted"
+    return f"the step's FLOPs were not counted ({ev.flops.note or 'no reason recorded'})"
+
+
+# name -> (whether the evidence has it, why not: a sentence, or one made from the evidence)
+NEEDS: dict[str, tuple[Callable[[Any], bool], str | Callable[[Any], str]]] = {
     "graph": (lambda ev: ev.graph is not None, "no graph was captured"),
     "trace": (lambda ev: ev.trace is not None, "no profiler trace was recorded"),
     "timing": (lambda ev: ev.timing is not None, "the step was not timed"),
     "conditions": (lambda ev: ev.timing is not None and ev.timing.conditions is not None,
                    "the machine's load was not measured while the step was timed"),
-    "flops": (lambda ev: ev.flops is not None, "the step's FLOPs were not counted"),
+    "flops": (lambda ev: ev.flops is not None and ev.flops.counted, _flops_missing),
     "data": (lambda ev: ev.data is not None, "no data loader was measured"),
     "env": (lambda ev: ev.env is not None, "the environment was not recorded"),
     "ddp": (lambda ev: ev.ddp is not None, "no DistributedDataParallel model was seen (a torchrun job)"),
@@ -28,6 +37,10 @@ NEEDS: dict[str, tuple[Callable[[Any], bool], str]] = {
 }
 
 
+def _why(reason: str | Callable[[Any], str], evidence: Any) -> str:
+    return reason(evidence) if callable(reason) else reason
+
+
 def unknown(needs: tuple[str, ...]) -> list[str]:
     return [part for need in needs for part in need.split("|") if part not in NEEDS]
 
@@ -38,5 +51,5 @@ def missing(needs: tuple[str, ...], evidence: Any) -> str | None:
     for need in needs:
         options = need.split("|")
         if not any(NEEDS[option][0](evidence) for option in options):
-            reasons.append(" and ".join(NEEDS[option][1] for option in options))
+            reasons.append(" and ".join(_why(NEEDS[option][1], evidence) for option in options))
     return "; ".join(reasons) or None

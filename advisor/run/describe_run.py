@@ -1,6 +1,7 @@
 """What the script set up, described once its step window is over (inside its process): the model
 (the module whose parameters the optimizer updates), its optimizer, the environment, the loader,
-the model's graph on a copy with its first real inputs, and its experts' routing on its batches."""
+the model's graph on a copy with its first real call's arguments, and its experts' routing on its batches. The
+step's FLOPs are read from its trace (``FlopCount.of_trace``), not counted on a copy."""
 
 from __future__ import annotations
 
@@ -27,40 +28,67 @@ def the_model(window: StepWindow) -> tuple[Any, list[str]]:
 
 
 def model_copy(model: Any) -> Any:
-    """A deep copy of the script's model. Tensors the script keeps on its modules outside their parameters and
-    buffers (REINFORCE's ``policy.saved_log_probs``, a cached hidden state) may be results of autograd, which
-    deepcopy refuses: the copy holds them detached."""
+    """A deep copy of the script's model, for the stages that run it again (graph capture, routing). Tensors a real
+    library keeps on its objects outside the parameters and buffers (REINFORCE's ``policy.saved_log_probs``, a
+    distribution holding the last actions' log-probabilities, a cached hidden state) may be results of autograd,
+    which deepcopy refuses wherever they sit: the copy holds them detached. Raises what the copy raises otherwise."""
     import copy
 
     import torch
 
-    memo: dict[int, Any] = {}
+    def detached(tensor: Any, memo: dict) -> Any:
+        if tensor.grad_fn is None:
+            return tensor.__deepcopy__(memo)
+        copied = memo[id(tensor)] = tensor.detach().clone()
+        return copied
 
-    def detach_results(value: Any, depth: int = 0) -> None:
-        if isinstance(value, torch.Tensor) and value.grad_fn is not None:
-            memo[id(value)] = value.detach()
-        elif isinstance(value, (list, tuple, set)) and depth < 3:
-            for item in value:
-                detach_results(item, depth + 1)
-        elif isinstance(value, dict) and depth < 3:
-            for item in value.values():
-                detach_results(item, depth + 1)
+    # deepcopy looks a type up in its dispatch table before the type's own __deepcopy__: plain tensors (autograd's
+    # results are never Parameters) are copied detached for this one copy, wherever the model's objects hold them
+    table = copy._deepcopy_dispatch  # noqa: SLF001 - the one hook deepcopy offers for a type it does not own
+    previous = table.get(torch.Tensor)
+    table[torch.Tensor] = detached
+    try:
+        return copy.deepcopy(model)
+    finally:
+        if previous is None:
+            table.pop(torch.Tensor, None)
+        else:
+            table[torch.Tensor] = previous
 
-    for module in model.modules():
-        for name, value in vars(module).items():
-            if name not in ("_parameters", "_buffers", "_modules"):
-                detach_results(value)
-    return copy.deepcopy(model, memo)
+
+class Missing:
+    """The facts one part of describing the run could not gather (a copy the model refuses, a capture that fails):
+    the rest goes on, and the report names what is missing and why (missing.json)."""
+
+    def __init__(self, window: StepWindow):
+        self.window = window
+        self.parts: list[dict] = []
+
+    def attempt(self, part: str, facts: str, work: Any) -> None:
+        try:
+            work()
+        except Exception as failure:  # noqa: BLE001 - advisor's own failure on this model: said, never the run's end
+            text = str(failure).strip().splitlines()
+            said = f"{type(failure).__name__}: {text[0][:300]}" if text else type(failure).__name__
+            self.parts.append({"part": part, "facts": facts, "message": said})
+
+    def write(self) -> None:
+        if self.parts:
+            self.window.write("missing.json", {"parts": self.parts})
 
 
 def describe_run(window: StepWindow) -> None:
-    """The model, optimizer and environment as the script set them up (target.json, env.json)."""
+    """The model, optimizer and environment as the script set them up (target.json, env.json), each part on its
+    own: a part that fails leaves its facts missing, named in missing.json, and the others are still written. The
+    model is read where it lives (nothing of it copied); only the stages that must run it again work on a copy,
+    with the arguments of its first real call."""
     import torch
 
     from advisor.capture.describe_target import describe_model, describe_optimizer
     from advisor.capture.env import capture_environment
     from advisor.evidence import Location, TargetInfo
 
+    missing = Missing(window)
     model, inputs = the_model(window)
     outer = model
     model = window.ddp.inner(model) if model is not None else None  # DDP's module: DDP itself cannot be copied
@@ -75,65 +103,48 @@ def describe_run(window: StepWindow) -> None:
         site = window.outermost[id(outer)][3]
         if site is not None:
             info.forward_call = Location.at(*site, note="the script's call of the model")
-        describe_model(info, model)
-        _count_flops(window, outer, model, training=training)
-        _capture_graph(window, model)
-        _measure_routing(window, model)
+        missing.attempt("model", "the model's class, parameters and modules", lambda: describe_model(info, model))
+        missing.attempt("graph", "the model's graph (the graph rules)", lambda: _capture_graph(window, model))
+        missing.attempt("routing", "its experts' routing", lambda: _measure_routing(window, model))
     if window.optimizers:
-        describe_optimizer(info, next(iter(window.optimizers.values())))
+        missing.attempt("optimizer", "the optimizer's settings",
+                        lambda: describe_optimizer(info, next(iter(window.optimizers.values()))))
     if (ddp := window.ddp.describe()) is not None:
         window.write("ddp.json", ddp)
     window.write("target.json", json.loads(info.model_dump_json()))
     if window.loaders:
-        from advisor.capture.data import describe_loader
-
-        loader = next(iter(window.loaders.values()))
-        data = describe_loader(loader, fallback_source=(window.script, 0))
-        waits = window.data_wait_ms
-        if waits:
-            data.batches_measured = len(waits) + 1
-            data.batch_ms_samples = waits
-            data.batch_ms_median = statistics.median(waits)
-            data.measured_in_loop = True
-        window.write("data.json", json.loads(data.model_dump_json()))
-    window.write("env.json", json.loads(capture_environment(device).model_dump_json()))
+        missing.attempt("loader", "the data loader's settings", lambda: _describe_loader(window))
+    missing.attempt("environment", "the environment (versions, threads, the device's flags)",
+                    lambda: window.write("env.json", json.loads(capture_environment(device).model_dump_json())))
+    missing.write()
 
 
-def _count_flops(window: StepWindow, outer: Any, model: Any, training: bool) -> None:
-    """The model's forward on a copy with its first real inputs, times the forwards of a step (every
-    micro-step of gradient accumulation); a training step as 3x that (the script's own step is not
-    re-run: its loss and optimizer are the script's business)."""
+def _describe_loader(window: StepWindow) -> None:
+    from advisor.capture.data import describe_loader
 
-    import torch
-
-    from advisor.capture.flops import as_training_step, count_flops, repeated
-
-    recorded = window.batches.get(id(model))
-    if not recorded:
-        return
-    twin, inputs = model_copy(model), tuple(recorded[0])
-    with torch.no_grad():
-        counted = count_flops(lambda: twin(*inputs))
-    forwards = window.forwards_per_step.get(id(outer), 1) if window.kind != "forward" else 1
-    if forwards > 1 and counted.method != "none":
-        counted = repeated(counted, forwards, f"{forwards} forwards of the model per step (gradient accumulation)")
-    if training and counted.method != "none":
-        counted = as_training_step(counted, "advisor run counts the model's forward on a copy; the training step is "
-                                            "estimated as 3x its forward")
-    window.write("flops.json", json.loads(counted.model_dump_json()))
+    loader = next(iter(window.loaders.values()))
+    data = describe_loader(loader, fallback_source=(window.script, 0))
+    waits = window.data_wait_ms
+    if waits:
+        data.batches_measured = len(waits) + 1
+        data.batch_ms_samples = waits
+        data.batch_ms_median = statistics.median(waits)
+        data.measured_in_loop = True
+    window.write("data.json", json.loads(data.model_dump_json()))
 
 
 def _capture_graph(window: StepWindow, model: Any) -> None:
-    """Dynamo's view of the model, on a deep copy, with the inputs of its first real call."""
+    """Dynamo's view of the model, on a deep copy, with the arguments and keyword arguments of its first real call."""
 
     from advisor.capture.graph import capture_call
 
     recorded = window.batches.get(id(model))
     if not recorded:
         return
-    inputs = recorded[0]  # its first real call
+    first = recorded[0]  # its first real call, as the script made it
+    twin = model_copy(model)  # a copy the model refuses: the graph's facts are missing (Missing says why)
     try:
-        capture = capture_call(model_copy(model), tuple(inputs), {})
+        capture = capture_call(twin, tuple(first.args), dict(first.kwargs))
     except Exception as failure:  # noqa: BLE001 - graph rules are then blind, and the report says why
         window.write("graph_error.json", {"message": f"{type(failure).__name__}: {str(failure).splitlines()[0][:300]}"})
         return
@@ -143,14 +154,15 @@ def _capture_graph(window: StepWindow, model: Any) -> None:
 def _measure_routing(window: StepWindow, model: Any) -> None:
     """Tokens per expert on the script's own batches (those of its first steps), on a copy."""
 
-    from advisor.capture.routing import route
+    from advisor.capture.routing import route, sibling_groups
 
     batches = window.batches.get(id(model)) or []
-    if not batches:
+    if not batches or not sibling_groups(model):  # no experts to route to: nothing to copy the model for
         return
     twin = model_copy(model)
     try:
-        groups = route(twin, batches, "dataloader" if window.loaders else "script", lambda args: twin(*args))
+        groups = route(twin, batches, "dataloader" if window.loaders else "script",
+                       lambda call: twin(*call.args, **call.kwargs))
     except Exception as failure:  # noqa: BLE001 - routing is evidence for one rule, never the run's end
         window.write("routing_error.json", {"message": f"{type(failure).__name__}: {failure}"})
         return

@@ -70,6 +70,8 @@ def _primary_evidence(run: ScriptRun, script: str, timeout: float) -> tuple[Evid
     if (env := run.read("env.json")) is not None:
         evidence.env = Environment.model_validate(env)
     window = run.read("window.json")
+    if described is None and window and window.get("kind") in (OPTIMIZER, BACKWARD):
+        evidence.target.mode = "train"  # the model was not described: its mode is what the steps showed
     stopped_early = run.interrupted or bool(run.timed_out and window and window.get("interrupted") and window["steps_seen"])
     if run.interrupted:
         errors.append(StageError(stage="script", kind="interrupted", message=(
@@ -152,16 +154,18 @@ def _primary_evidence(run: ScriptRun, script: str, timeout: float) -> tuple[Evid
     if (data := run.read("data.json")) is not None:
         evidence.data = DataLoaderInfo.model_validate(data)
         evidence.target.has_dataloader = True
-    if (flops := run.read("flops.json")) is not None:
-        evidence.flops = FlopCount.model_validate(flops)
     if (graph := run.read("graph.json")) is not None:
         evidence.graph = GraphCapture.model_validate(graph)
     elif (failure := run.read("graph_error.json")) is not None:
         evidence.graph_error = failure["message"]
+    for part in (run.read("missing.json") or {}).get("parts", []):  # advisor's own failure on this model: noted
+        errors.append(StageError(stage=part["part"], kind="unsupported", message=(
+            f"advisor could not read {part['facts']} ({part['message']}); those facts are missing from the report, "
+            "and the rules that need them say so")))
     if (failure := run.read("describe_error.json")) is not None:
-        errors.append(StageError(stage="graph", kind="internal", message=(
-            f"describing the script's model failed ({failure['message']}); the model, its graph and FLOPs are "
-            "missing from the report")))
+        errors.append(StageError(stage="describe", kind="unsupported", message=(
+            f"describing the script's model failed ({failure['message']}); what it describes is missing from the "
+            "report")))
     if (routing := run.read("routing.json")) is not None:
         evidence.routing = [RoutingGroup.model_validate(group) for group in routing["groups"]]
     if (calls := run.read("calls.json")) is not None:
@@ -171,6 +175,7 @@ def _primary_evidence(run: ScriptRun, script: str, timeout: float) -> tuple[Evid
     if run.trace_path is not None:
         try:
             evidence.trace = parse_trace(run.trace_path)
+            evidence.flops = FlopCount.of_trace(evidence.trace)  # the script's own step, as the profiler recorded it
         except TraceFormatError as broken:
             errors.append(StageError(stage="trace", kind="unsupported", message=str(broken)))
     if len(run.rank_folders) > 1:

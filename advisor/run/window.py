@@ -47,6 +47,23 @@ from advisor.sources import direct_user_caller
 ROUTED_BATCHES = 4  # real batches fed again to a copy of the model to count tokens per expert
 
 
+class RecordedCall:
+    """One real call of a module, as the script made it: its positional and keyword arguments, tensors detached and
+    copied (the script may change its own in place afterwards). Graph capture and routing replay exactly this."""
+
+    __slots__ = ("args", "kwargs")
+
+    def __init__(self, args: tuple, kwargs: dict):
+        self.args, self.kwargs = args, kwargs
+
+
+def kept(value: Any) -> Any:
+    """``value`` with every tensor in it detached and copied."""
+    from torch.utils._pytree import tree_map
+
+    return tree_map(lambda v: v.detach().clone() if hasattr(v, "detach") else v, value)
+
+
 def prepare(spec_path: str) -> None:
     """In the script's process (each rank's, under torchrun), from its first line: listen for advisor's
     stop requests, and install the window right after ``import torch`` completes (the script may
@@ -119,7 +136,8 @@ class StepWindow(ProfiledSteps, TrainingSigns, WindowEnd):
         self.outermost: dict[int, list] = {}
         self.optimizers: dict[int, Any] = {}
         self.loaders: dict[int, Any] = {}
-        self.batches: dict[int, list] = {}  # each outermost module's first few calls' arguments (graph, routing)
+        self.batches: dict[int, list[RecordedCall]] = {}  # each outermost module's first few calls (graph, routing)
+        self.recording: RecordedCall | None = None  # the outermost call running now, when it is recorded
         self.calls = None  # the CallWatcher of the step after the profiled ones
         from advisor.run.ddp import DDPWatcher
 
@@ -159,8 +177,10 @@ class StepWindow(ProfiledSteps, TrainingSigns, WindowEnd):
         else:
             # always_call: a forward ended by an exception leaves too (gradient checkpointing stops its recompute
             # by raising), else the depth stays raised and no later call is outermost
+            # with_kwargs: the call's keyword arguments are recorded too (a model called as model(**batch))
             self.hooks = [torch.nn.modules.module.register_module_forward_pre_hook(self._enter_forward),
-                          torch.nn.modules.module.register_module_forward_hook(self._leave_forward, always_call=True)]
+                          torch.nn.modules.module.register_module_forward_hook(self._leave_forward, always_call=True,
+                                                                                with_kwargs=True)]
         watch_loaders(self)
         atexit.register(self.on_exit)
         stop.on_request(self.stop.requested)
@@ -216,14 +236,10 @@ class StepWindow(ProfiledSteps, TrainingSigns, WindowEnd):
                 seen[3], seen[5] = direct_user_caller(sys._getframe(1)), True
             seen[1] += 1
             recorded = self.batches.setdefault(id(module), [])
+            self.recording = None
             if len(recorded) < ROUTED_BATCHES and self.count <= self.warmup:
-                from torch.utils._pytree import tree_map
-
-                recorded.append(tree_map(lambda v: v.detach().clone() if hasattr(v, "detach") else v, args))
-            if seen[2] is None:
-                from advisor.workload.feed import describe
-
-                seen[2] = [describe(a) for a in args]
+                self.recording = RecordedCall(kept(args), {})  # its keyword arguments as the call returns
+                recorded.append(self.recording)
         self.depth += 1
 
     def _rank_model(self, key: int) -> None:
@@ -237,7 +253,8 @@ class StepWindow(ProfiledSteps, TrainingSigns, WindowEnd):
         if lead is not None and self.kind == FORWARD and self.profiler is None and self.calls is None:
             self._restart()
 
-    def _leave_forward(self, module, args, output):
+    def _leave_forward(self, module, args, *kwargs_and_output):
+        """(module, args, kwargs, output) as a global hook with kwargs; (module, args, output) as an instance hook."""
         if self.in_backward:
             return
         self.depth -= 1
@@ -245,7 +262,15 @@ class StepWindow(ProfiledSteps, TrainingSigns, WindowEnd):
             return
         import torch
 
+        kwargs = kwargs_and_output[0] if len(kwargs_and_output) == 2 else {}
+        if self.recording is not None:
+            self.recording.kwargs = kept(kwargs)
+            self.recording = None
         entry = self.outermost.get(id(module))
+        if entry is not None and entry[2] is None:
+            from advisor.workload.feed import describe
+
+            entry[2] = [describe(a) for a in args] + [f"{name}={describe(value)}" for name, value in kwargs.items()]
         if entry is not None and entry[4]:  # a module with parameters (not a loss function's module)
             self.contents.forward(type(module).__name__, torch.is_grad_enabled())
         if torch.is_grad_enabled():

@@ -89,6 +89,22 @@ def _operator_rates(trace: Trace, peaks: MachinePeaks) -> list[OperatorRate]:
     return sorted((r for r in rates if r.us_per_step > 0), key=lambda r: r.us_per_step, reverse=True)
 
 
+def formula_flops(trace: Trace) -> dict[str, float] | None:
+    """FLOPs per profiled step of the matmuls, convolutions and fused attention the step ran (forward and backward,
+    every micro-step), by operator without its ``aten::`` prefix, from their recorded shapes; an operator inside
+    another one counted is that one's. None for a trace recorded without shapes."""
+    from advisor.trace.model import ShapedOp
+
+    if not any(isinstance(op, ShapedOp) for op in trace.ops):
+        return None
+    by_op: dict[str, float] = {}
+    for op in trace.step_ops():
+        if op.name in FORMULA_OPS and not _inside_formula(trace, op) and (work := op_work(op)) is not None:
+            name = op.name.removeprefix("aten::")
+            by_op[name] = by_op.get(name, 0.0) + work[0] / trace.step_count
+    return by_op
+
+
 def _place(trace: Trace, op: Op) -> tuple[SourceRef | None, bool]:
     """The user's line of an operator (its own, else the nearest enclosing operator's: a module's leaf runs under
     the call made at that line), and whether it runs in the backward of the line's forward."""

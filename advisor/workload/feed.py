@@ -30,7 +30,7 @@ class Feed:
 
     @property
     def inputs(self) -> Any:
-        """The first batch's model inputs (graph capture, routing, FLOP counting)."""
+        """The first batch's model inputs (graph capture, routing)."""
         return self.items[0][0]
 
     def cycle(self) -> Iterator[tuple[Any, Any]]:

@@ -1,0 +1,61 @@
+"""What advisor run reads of the script's model once its window ends: a copy for the stages that must run the model
+again, however the model's library keeps autograd's results, and each part's failure said, never the run's."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from advisor.run.describe_run import Missing, model_copy
+
+
+class Held:
+    """An object of the model's own, holding a non-leaf tensor two levels down (a policy's last distribution)."""
+
+    def __init__(self, logits: torch.Tensor):
+        self.distribution = torch.distributions.Categorical(logits=logits, validate_args=False)
+
+
+class Policy(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.head = torch.nn.Linear(4, 3)
+        self.last = None
+
+    def forward(self, x):
+        logits = self.head(x)
+        self.last = Held(logits)
+        return logits
+
+
+def test_a_model_holding_autograd_results_deep_in_its_objects_is_copied_with_them_detached():
+    model = Policy()
+    model(torch.randn(2, 4)).sum().backward()
+    with pytest.raises(RuntimeError, match="graph leaves"):
+        copy.deepcopy(model)  # what deepcopy alone says of it
+    twin = model_copy(model)
+    held = twin.last.distribution.logits
+    assert held.grad_fn is None and torch.equal(held, model.last.distribution.logits)
+    assert model.last.distribution.logits.grad_fn is not None  # the script's own model keeps its history
+    assert twin.head.weight is not model.head.weight and torch.equal(twin.head.weight, model.head.weight)
+    assert isinstance(twin.head.weight, torch.nn.Parameter) and twin.head.weight.requires_grad
+    assert torch.Tensor not in copy._deepcopy_dispatch  # deepcopy as it was, for the script's own copies
+
+
+def test_each_part_that_fails_is_named_with_its_facts_and_the_rest_goes_on(tmp_path):
+    class Window:
+        written: dict = {}
+
+        def write(self, name, payload):
+            self.written[name] = payload
+
+    window = Window()
+    missing, ran = Missing(window), []
+    missing.attempt("graph", "the model's graph (the graph rules)", lambda: 1 / 0)
+    missing.attempt("optimizer", "the optimizer's settings", lambda: ran.append("optimizer"))
+    missing.write()
+    assert ran == ["optimizer"]
+    assert window.written["missing.json"] == {"parts": [{"part": "graph", "facts": "the model's graph (the graph rules)",
+                                                         "message": "ZeroDivisionError: division by zero"}]}
