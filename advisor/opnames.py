@@ -125,8 +125,16 @@ DTYPE_CONVERSIONS = {"float", "double", "half", "bfloat16", "to", "type"}
 FROM_HOST = {"tensor", "as_tensor"}  # built from Python data on the host, then copied
 
 # --- from host_sync ------------------------------------------------------------
-# Indexing and views: a sync inside these comes from the user's index (a boolean mask).
-INDEXING_APIS = {"Tensor.__getitem__", "Tensor.__setitem__", "torch.where", "Tensor.index_select"}
+# torch 2.13's operator tags (data_dependent_output: "value", dynamic_output_shape: "size"), for evidence that does
+# not carry its own torch's (Environment.sync_operators: a trace recorded elsewhere, older saved evidence). A test
+# holds it to the installed torch's registry.
+SYNC_OPERATORS_TORCH_2_13 = {
+    "aten::_local_scalar_dense": "value", "aten::item": "value", "aten::equal": "value", "aten::allclose": "value",
+    "aten::nonzero": "size", "aten::argwhere": "size", "aten::masked_select": "size", "aten::index": "size",
+    "aten::_unique": "size", "aten::_unique2": "size", "aten::unique_dim": "size", "aten::unique_consecutive": "size",
+    "aten::unique_dim_consecutive": "size", "aten::bincount": "size", "aten::repeat_interleave": "size",
+    "aten::one_hot": "size", "aten::_ctc_loss": "size", "aten::linalg_lstsq": "size",
+}
 
 # --- from manual_attention ------------------------------------------------------------
 CAUSAL_BUILDERS = {"tril", "triu", "torch.tril", "torch.triu"}

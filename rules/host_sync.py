@@ -3,8 +3,12 @@
 What it detects:
     Calls in the step that make the host wait for the device and copy a value back:
     ``.item()``, ``float(t)`` / ``int(t)``, ``.tolist()``, ``.numpy()``, ``.cpu()``,
-    ``if tensor:`` (``bool(t)``), ``nonzero`` and boolean-mask indexing (data-dependent
-    sizes), and on GPU the CUDA sync APIs (``cudaStreamSynchronize``,
+    ``if tensor:`` (``bool(t)``), and every call that runs an operator torch itself tags as
+    waiting for its output's value or size (``data_dependent_output``,
+    ``dynamic_output_shape``: ``nonzero``, boolean-mask indexing, ``unique``, ``bincount``,
+    ``masked_select``, ``repeat_interleave`` without ``output_size``, ``one_hot`` without
+    ``num_classes``, ``equal``: read from the run's own torch, not a list of names), and on
+    GPU the CUDA sync APIs (``cudaStreamSynchronize``,
     ``cudaDeviceSynchronize``, ``cudaEventSynchronize``) and device-to-host copies. Each
     source line is reported with its count per step; TorchDynamo graph breaks on
     data-dependent operations are merged in at their lines. A read of a tensor made on the
@@ -45,29 +49,26 @@ from dataclasses import dataclass, field
 from typing import Iterator
 
 from advisor.evidence import Evidence
-from advisor.opnames import INDEXING_APIS
+from advisor.opnames import SYNC_OPERATORS_TORCH_2_13
 from advisor.rulekit.rule import Clean, Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
 from advisor.sources import site_label
 from advisor.trace.parse import SYNC_RUNTIME_CALLS, Op, SourceCall, Trace
 
-# What each user-facing API does, by how it syncs (the key selects the fix text).
+# What a Python API of torch does, by how it syncs (the key selects the fix text): the reads of a value that run no
+# operator of their own (``.tolist()``, ``.numpy()``) or whose operator is a Python protocol's (``if t:``).
 SYNC_APIS = {
     "Tensor.item": "scalar", "Tensor.__float__": "scalar", "Tensor.__int__": "scalar",
     "Tensor.__index__": "scalar", "Tensor.__complex__": "scalar",
     "Tensor.__bool__": "branch", "torch.is_nonzero": "branch", "torch.equal": "branch",
     "torch.allclose": "branch", "Tensor.equal": "branch", "Tensor.allclose": "branch",
     "Tensor.tolist": "transfer", "Tensor.numpy": "transfer", "Tensor.cpu": "transfer",
-    "torch.nonzero": "dynamic", "Tensor.nonzero": "dynamic", "torch.masked_select": "dynamic",
-    "Tensor.masked_select": "dynamic", "torch.unique": "dynamic", "Tensor.unique": "dynamic",
-    "torch.argwhere": "dynamic", "torch.unique_consecutive": "dynamic",
-    "Tensor.repeat_interleave": "dynamic", "torch.repeat_interleave": "dynamic",
 }
-# Operators that block on a device value (or size a result by one).
-SYNC_OPS = {
-    "aten::item": "scalar", "aten::_local_scalar_dense": "scalar", "aten::is_nonzero": "branch",
-    "aten::nonzero": "dynamic", "aten::masked_select": "dynamic", "aten::nonzero_numpy": "dynamic",
-    "aten::_unique2": "dynamic", "aten::unique_consecutive": "dynamic",
-}
+# Every other call is judged by what its operators are: torch tags an operator whose output's value
+# (data_dependent_output) or size (dynamic_output_shape) the host must wait for (Environment.sync_operators).
+OPERATOR_KINDS = {"value": "scalar", "size": "dynamic"}
+# Calls that run the autograd engine: their operators are the backward's, run by torch and the libraries' hooks
+# (DDP's reducer reads its host-side map of used parameters), not a line the user can change.
+BACKWARD_APIS = {"Tensor.backward", "backward", "torch.autograd.backward", "grad", "torch.autograd.grad"}
 
 FIXES = {
     "scalar": "read scalars off the device once per N steps (accumulate in a tensor: deferred logging), "
@@ -75,8 +76,10 @@ FIXES = {
     "branch": "decide on the device: torch.where(cond, a, b) instead of a Python `if` on a tensor",
     "transfer": "keep the data on the device in the step; move results to the host after the step "
                 "(or with .to('cpu', non_blocking=True) into pinned memory, read later)",
-    "dynamic": "use masks instead of boolean indexing (x * mask, torch.where(mask, x, 0)), or "
-               "torch.nonzero_static(x, size=K) when the count has a known bound",
+    "dynamic": "use masks instead of boolean indexing (x * mask, torch.where(mask, x, 0)), "
+               "torch.nonzero_static(x, size=K) when the count has a known bound, counts into a tensor of a known "
+               "size instead of torch.unique/bincount (torch.zeros(C).index_add_(0, labels, ones)), and "
+               "repeat_interleave with output_size",
     "cuda": "remove explicit torch.cuda.synchronize()/event waits from the step; synchronize only where a "
             "host needs the value",
 }
@@ -88,7 +91,7 @@ SNIPPETS = {  # before / after for the pattern at the worst site
     "cuda": ("torch.cuda.synchronize()  # inside the step", "# no explicit synchronize: the next host read syncs anyway"),
 }
 LABELS = {"scalar": ".item()/scalar read", "branch": "tensor used as a Python bool", "transfer": "copy to host",
-          "dynamic": "data-dependent size (nonzero / boolean mask)", "cuda": "CUDA sync API"}
+          "dynamic": "data-dependent size (nonzero, boolean mask, unique)", "cuda": "CUDA sync API"}
 DATA_DEPENDENT_BREAK = ("item()", "tolist", "numpy", "nonzero", "data-dependent", "data dependent",
                         "dynamic shape operator", "generic_jump", "Tensor.__bool__", "bool(")
 
@@ -123,11 +126,12 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     steps = 1
     if ev.trace is not None:
         steps = ev.trace.step_count
-        _from_calls(ev.trace, sites, host_reads, on_cuda=ev.on_cuda)
+        syncing = Syncing(ev.trace, _sync_operators(ev))
+        _from_calls(syncing, sites, host_reads, on_cuda=ev.on_cuda)
         if not ev.trace.source_annotated:  # recorded elsewhere: fall back to op frames
-            _from_ops(ev.trace, sites)
-        _from_cuda_runtime(ev.trace, sites)
-        _from_device_to_host_copies(ev.trace, sites)
+            _from_ops(syncing, sites)
+        _from_cuda_runtime(syncing, sites)
+        _from_device_to_host_copies(syncing, sites)
     if ev.graph is not None:
         _from_graph_breaks(ev, sites)
 
@@ -211,11 +215,69 @@ def _site(sites: dict, file: str, line: int, exact: bool = True, function: str =
     return sites[key]
 
 
-def _from_calls(trace: Trace, sites: dict, host_reads: dict, on_cuda: bool) -> None:
-    for call in trace.calls:
-        if call.step is None and trace.steps:
+def _sync_operators(ev: Evidence) -> dict[str, str]:
+    """The operators the host waits on, as the run's own torch tags them (else torch 2.13's)."""
+    if ev.env is not None and ev.env.sync_operators:
+        return ev.env.sync_operators
+    return SYNC_OPERATORS_TORCH_2_13
+
+
+class Syncing:
+    """Which operators of a trace made the host wait, by what they are (torch's tags) and, for the three tagged by
+    their schema whose arguments can fix the output's size, by the arguments the trace recorded."""
+
+    def __init__(self, trace: Trace, operators: dict[str, str]):
+        self.trace, self.operators = trace, operators
+
+    def kind(self, op: Op) -> str | None:
+        """'scalar' or 'dynamic' where ``op`` itself waits (an enclosing tagged operator speaks for what it runs)."""
+        if op.name not in self.operators or self.under_tagged(op, strict=True) or self.size_given(op):
+            return None
+        return OPERATOR_KINDS[self.operators[op.name]]
+
+    def under_tagged(self, op: Op, strict: bool = False) -> bool:
+        """Whether ``op`` (unless ``strict``) or an operator enclosing it is tagged."""
+        current = op if not strict else (self.trace.ops[op.parent] if op.parent is not None else None)
+        while current is not None:
+            if current.name in self.operators:
+                return True
+            current = self.trace.ops[current.parent] if current.parent is not None else None
+        return False
+
+    def size_given(self, op: Op) -> bool:
+        """The arguments fix the output's size though the schema's tag says it may depend on the data: indexing by
+        integer tensors (a boolean mask runs nonzero inside), repeat_interleave with output_size or an int count,
+        one_hot with num_classes (on a GPU no wait; on a CPU torch checks the labels' bounds, its own read)."""
+        concrete = list(op.concrete_inputs)
+        if op.name == "aten::index":
+            return not any(self.operators.get(inner.name) for inner in self._within(op))
+        if op.name == "aten::repeat_interleave":
+            return bool(concrete and concrete[-1]) or (len(concrete) >= 3 and bool(concrete[1]))
+        if op.name == "aten::one_hot":
+            return len(concrete) > 1 and concrete[1] not in ("", "-1")
+        return False
+
+    def first_in(self, indices: list[int]) -> str | None:
+        """The kind of the first operator among a call's that waits."""
+        for index in indices:
+            if (kind := self.kind(self.trace.ops[index])) is not None:
+                return kind
+        return None
+
+    def _within(self, op: Op) -> list[Op]:
+        found, stack = [], list(self.trace.children(op))
+        while stack:
+            inner = stack.pop()
+            found.append(inner)
+            stack.extend(self.trace.children(inner))
+        return found
+
+
+def _from_calls(syncing: Syncing, sites: dict, host_reads: dict, on_cuda: bool) -> None:
+    for call in syncing.trace.calls:
+        if call.step is None and syncing.trace.steps:
             continue
-        kind = _call_kind(trace, call, on_cuda)
+        kind = _call_kind(syncing, call, on_cuda)
         if kind is None:
             continue
         site = _site(host_reads if call.host else sites, call.file, call.line)
@@ -224,31 +286,23 @@ def _from_calls(trace: Trace, sites: dict, host_reads: dict, on_cuda: bool) -> N
         site.count += 1
 
 
-def _call_kind(trace: Trace, call: SourceCall, on_cuda: bool) -> str | None:
+def _call_kind(syncing: Syncing, call: SourceCall, on_cuda: bool) -> str | None:
     if call.api in SYNC_APIS:
         if call.api == "Tensor.cpu" and not on_cuda:
             # .cpu() on a CPU tensor is free; it syncs only when the step runs on a GPU
             return "transfer"
         return SYNC_APIS[call.api]
-    if call.api in INDEXING_APIS:
-        for kind in _sync_ops_within(trace, call):
-            return kind
-    # A sync inside any other torch function is PyTorch's own (e.g. one_hot's index check
-    # on CPU); blaming the user's line for it would be wrong.
-    return None
+    if call.api in BACKWARD_APIS:
+        return None
+    # any other call waits where one of its operators is tagged so (unique, a boolean mask's index, bincount, ...)
+    return syncing.first_in(call.ops)
 
 
-def _sync_ops_within(trace: Trace, call: SourceCall) -> Iterator[str]:
-    for index in call.ops:
-        kind = SYNC_OPS.get(trace.ops[index].name)
-        if kind is not None:
-            yield kind
-
-
-def _from_ops(trace: Trace, sites: dict) -> None:
+def _from_ops(syncing: Syncing, sites: dict) -> None:
+    trace = syncing.trace
     for op in trace.step_ops():
-        kind = SYNC_OPS.get(op.name)
-        if kind is None or (op.parent is not None and trace.ops[op.parent].name in SYNC_OPS):
+        kind = syncing.kind(op)
+        if kind is None or syncing.under_tagged(op, strict=True):
             continue  # aten::_local_scalar_dense inside aten::item: count the item once
         site = _op_site(trace, op, sites)
         site.kinds.add(kind)
@@ -262,7 +316,8 @@ def _op_site(trace: Trace, op: Op, sites: dict) -> SyncSite:
     return _site(sites, "", 0, exact=False, function=trace.outermost(op).name)
 
 
-def _from_cuda_runtime(trace: Trace, sites: dict) -> None:
+def _from_cuda_runtime(syncing: Syncing, sites: dict) -> None:
+    trace = syncing.trace
     for event in trace.runtime:
         if event.name not in SYNC_RUNTIME_CALLS or (trace.steps and event.step is None):
             continue
@@ -272,8 +327,7 @@ def _from_cuda_runtime(trace: Trace, sites: dict) -> None:
             counted = False
         else:
             site = _op_site(trace, op, sites)
-            counted = trace.outermost(op).name in SYNC_OPS or (
-                op.call is not None and trace.calls[op.call].api in SYNC_APIS)
+            counted = syncing.under_tagged(op) or (op.call is not None and trace.calls[op.call].api in SYNC_APIS)
         site.blocked_us += event.dur
         if counted and site.count:
             continue  # the sync API sits inside an op already counted at this line: add its time only
@@ -282,8 +336,9 @@ def _from_cuda_runtime(trace: Trace, sites: dict) -> None:
         site.count += 1
 
 
-def _from_device_to_host_copies(trace: Trace, sites: dict) -> None:
+def _from_device_to_host_copies(syncing: Syncing, sites: dict) -> None:
     """DtoH copies wait for the device; count those not already counted through a sync op."""
+    trace = syncing.trace
     for copy in trace.memcpy:
         if "DtoH" not in copy.name or (trace.steps and copy.step is None):
             continue
@@ -291,7 +346,7 @@ def _from_device_to_host_copies(trace: Trace, sites: dict) -> None:
         if op is None:
             site = _site(sites, "", 0, exact=False, function=copy.name)
         else:
-            if trace.outermost(op).name in SYNC_OPS or (op.call is not None and trace.calls[op.call].api in SYNC_APIS):
+            if syncing.under_tagged(op) or (op.call is not None and trace.calls[op.call].api in SYNC_APIS):
                 continue  # .item() and friends: the copy is how they sync, already counted
             site = _op_site(trace, op, sites)
         site.kinds.add("transfer")

@@ -170,3 +170,49 @@ def test_a_mean_count_per_step_is_said_to_a_tenth():
     from advisor.rules.host_sync import _rate
 
     assert _rate(8.0) == "8" and _rate(0.5) == "0.5" and _rate(65 / 3) == "21.7" and _rate(1 / 3) == "0.3"
+
+
+def _class_balanced(**env):
+    from devkit.saved_evidence import saved_evidence
+
+    evidence = saved_evidence("class_balanced_loss")
+    return evidence.model_copy(update={"env": evidence.env.model_copy(update=env)})
+
+
+def _sync_lines(evidence) -> set[int]:
+    found, _ = run_rules(load_rules(), evidence)
+    return {loc.line for f in found if f.slug == "host-sync" for loc in f.locations}
+
+
+def test_a_call_syncs_by_what_its_operators_are_tagged_not_by_its_name():
+    """torch.unique is found because torch tags aten::_unique2 dynamic_output_shape in the run's own torch; with
+    that tag absent from the run's registry it is not; one_hot with num_classes, repeat_interleave with output_size
+    and integer indexing, tagged too, have their size fixed by their arguments and wait for nothing."""
+    path = SAMPLES / "class_balanced_loss.py"
+    evidence = _class_balanced()
+    assert evidence.env.sync_operators["aten::_unique2"] == "size"
+    assert _sync_lines(evidence) == {line_of(path, "torch.unique(labels")}
+    untagged = {name: kind for name, kind in evidence.env.sync_operators.items() if name != "aten::_unique2"}
+    assert _sync_lines(_class_balanced(sync_operators=untagged)) == set()
+    assert _sync_lines(_class_balanced(sync_operators={})) == {line_of(path, "torch.unique(labels")}  # torch 2.13's
+
+
+def test_the_fallback_tags_are_torch_2_13s():
+    import torch
+
+    from advisor.capture.env import sync_operators
+    from advisor.opnames import SYNC_OPERATORS_TORCH_2_13
+
+    if not torch.__version__.startswith("2.13."):
+        pytest.skip(f"the fallback is torch 2.13's tags; this is torch {torch.__version__}")
+    assert sync_operators() == SYNC_OPERATORS_TORCH_2_13
+
+
+def test_a_backwards_own_operators_are_not_the_users_syncs():
+    """DDP's reducer reads its host-side map of used parameters inside loss.backward(): torch's, not a line to
+    change (rank 0 of the 2-rank gloo job)."""
+    from devkit.saved_evidence import DDP_DIR, saved_evidence
+
+    evidence = saved_evidence("ddp_train", DDP_DIR)
+    assert any(op.name == "aten::item" for op in evidence.trace.step_ops())
+    assert line_of(SAMPLES / "scripts" / "ddp_train.py", "MICRO STEP LINE") not in _sync_lines(evidence)

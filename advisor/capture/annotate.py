@@ -30,6 +30,8 @@ _QUIET = {
 
 def api_name(func: Any) -> str:
     name = getattr(func, "__qualname__", None) or getattr(func, "__name__", None) or str(func)
+    if "<locals>" in name and str(getattr(func, "__module__", "")).startswith("torch"):
+        name = f"torch.{func.__name__}"  # torch.unique and the like: made by a factory (boolean_dispatch)
     if name.startswith("_TensorBase.") or name.startswith("TensorBase."):
         name = "Tensor." + name.split(".", 1)[1]
     elif name.startswith("_VariableFunctionsClass."):

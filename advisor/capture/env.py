@@ -45,6 +45,7 @@ def capture_environment(device: torch.device) -> Environment:
         deterministic_algorithms=torch.are_deterministic_algorithms_enabled(),
         anomaly_detection=torch.is_anomaly_enabled(),
         device_name=cpu_model,
+        sync_operators=sync_operators(),
     )
     env.dispatch_overhead_us = measure_dispatch_overhead(device)
     env.memory_bandwidth_gbs, env.matmul_gflops = measure_device_speed(device)
@@ -55,6 +56,31 @@ def capture_environment(device: torch.device) -> Environment:
         env.gpu_count = torch.cuda.device_count()
         env.cudnn_version = torch.backends.cudnn.version()
     return env
+
+
+# torch's operator tags for an output the host must wait for: its value (``.item()``, ``equal``) or its size
+# (``nonzero``, ``unique``, boolean-mask ``index``)
+SYNC_TAGS = {"data_dependent_output": "value", "dynamic_output_shape": "size"}
+
+
+def sync_operators() -> dict[str, str]:
+    """Every aten operator this torch tags as making the host wait for a device result ("value" or "size"), from
+    its operator registry: what an operator is, not a list of names kept by hand (0.03 s)."""
+    wanted = {getattr(torch.Tag, tag): kind for tag, kind in SYNC_TAGS.items() if hasattr(torch.Tag, tag)}
+    found: dict[str, str] = {}
+    for schema in torch._C._jit_get_all_schemas():
+        if not schema.name.startswith("aten::") or schema.name in found:
+            continue
+        try:  # the registry's own lookup, without building an OpOverload for each of ~2,500 schemas
+            tags = torch._C._get_operation_overload(schema.name, schema.overload_name)[2]
+        except Exception:  # noqa: BLE001 - a schema without a kernel here, or another torch's lookup
+            packet = getattr(torch.ops.aten, schema.name[len("aten::"):], None)
+            overload = getattr(packet, schema.overload_name or "default", None) if packet is not None else None
+            tags = getattr(overload, "tags", ())
+        for tag in tags:
+            if tag in wanted:
+                found[schema.name] = "value" if "value" in (found.get(schema.name), wanted[tag]) else wanted[tag]
+    return found
 
 
 def _cpu_capability() -> str:

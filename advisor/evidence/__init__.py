@@ -136,6 +136,9 @@ class Environment(Record):
         default=None, description="measured host time of one trivial eager op (per-op overhead floor)")
     memory_bandwidth_gbs: float | None = Field(default=None, description="measured copy bandwidth (64 MB buffer)")
     matmul_gflops: float | None = Field(default=None, description="measured fp32 matmul speed (512x512x512)")
+    sync_operators: dict[str, str] = Field(default_factory=dict, description=(
+        "aten operators this torch tags as making the host wait for a device result: 'value' "
+        "(data_dependent_output) or 'size' (dynamic_output_shape); empty where not read (a recorded trace)"))
 
 
 class Timing(Record):
