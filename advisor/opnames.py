@@ -149,11 +149,12 @@ EINSUM = frozenset({"torch.einsum", "einsum"})
 SOFTMAX = frozenset({"F.softmax", "torch.softmax", "softmax"})
 MULTIPLY_SCALES = frozenset({"mul", "torch.mul", "mul_"})
 DIVIDE_SCALES = frozenset({"truediv", "torch.div", "div", "div_"})
-FILL_MASKS = frozenset({"masked_fill", "masked_fill_"})  # masked_fill(mask, -inf): the mask marks what to drop
+FILL_MASKS = frozenset({"masked_fill", "masked_fill_", "torch.masked_fill"})  # masked_fill(mask, -inf): the mask marks what to drop
 WHERE_MASKS = frozenset({"torch.where"})  # where(keep, scores, -inf)
 ADDITIVE_MASKS = frozenset({"add", "torch.add", "add_"})  # scores + (0 / -inf)
 CASTS = frozenset({"float", "to", "type_as", "type", "half", "bfloat16"})
-SCORE_VIEWS = frozenset({"view", "reshape"})  # fairseq's (B * H, T, S) scores seen as (B, H, T, S) to mask, and back
+# fairseq's and BLOOM's (B * H, T, S) scores seen as (B, H, T, S) to mask, and back (before the softmax or after it)
+SCORE_VIEWS = frozenset({"view", "reshape", "torch.reshape"})
 DROPOUT = frozenset({"F.dropout", "dropout"})
 # Factories whose result depends only on their arguments; with constant arguments, a constant.
 CONSTANT_FACTORIES = frozenset({

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from advisor.capture.graph import capture_graph
+from advisor.rulekit.attention_rewrite import SdpaRewrite, use_sdpa
 from advisor.rulekit.rule import Severity
-from advisor.rules.manual_attention import SdpaRewrite, use_sdpa
 from advisor.rules.tensor_creation_in_step import fold_constants
 from advisor.workload.feed import BATCHES_AHEAD
 from advisor.workload.target import load_target
@@ -85,6 +85,16 @@ def test_hf_eager_attention_is_found_as_causal_and_verified_as_is_causal(sample_
 
 
 @pytest.mark.slow
+def test_bloom_attention_is_found_at_its_softmax_and_its_fix_keeps_the_bias_and_the_mask(sample_audit):
+    finding = only_finding(sample_audit("alibi_attention"), "manual-attention")
+    path = SAMPLES / "alibi_attention.py"
+    assert finding.evidence["blocks"] == 2 and finding.evidence["score_bias"] is True
+    assert [loc.line for loc in finding.locations] == [line_of(path, "F.softmax(weights")]
+    verdict = verify_sample("alibi_attention", finding, "manual-attention")
+    assert verdict.max_rel_error <= 1e-4 and "2 block(s) as SDPA(attn_mask=...)" in verdict.note
+
+
+@pytest.mark.slow
 def test_einsum_attention_with_an_additive_padding_mask_keeps_the_mask(sample_audit):
     finding = only_finding(sample_audit("einsum_attention"), "manual-attention")
     assert finding.evidence["blocks"] == 2 and finding.evidence["causal_mask"] is False
@@ -109,6 +119,62 @@ def test_baddbmm_scores_with_alpha_and_a_bias_become_sdpa_exactly():
     assert sdpa.kwargs["scale"] == 0.125 and sdpa.kwargs["attn_mask"] is not None
     assert rewrite.describe() == "1 block(s) as SDPA(attn_mask=...)"
     torch._dynamo.reset()
+
+
+class BloomStyle(torch.nn.Module):
+    """BLOOM's attention on (batch * heads, T, d) operands: the ALiBi bias into baddbmm with the queries and keys by
+    keyword, the scores viewed (batch, heads, T, T) to be causally masked, a float32 softmax cast back, dropout, the
+    weights viewed back for bmm with the values; ``return_weights`` hands the weights to the caller as well."""
+
+    def __init__(self, heads: int = 3, return_weights: bool = False):
+        super().__init__()
+        self.heads, self.return_weights = heads, return_weights
+        self.dropout = torch.nn.Dropout(0.1)
+
+    def forward(self, q, k, v, alibi, causal):
+        batch_heads, length, _ = q.shape
+        scores = alibi.baddbmm(batch1=q, batch2=k.transpose(1, 2), beta=1.0, alpha=0.125)
+        scores = scores.view(batch_heads // self.heads, self.heads, length, length)
+        weights = torch.masked_fill(scores, causal, torch.finfo(scores.dtype).min)
+        probs = self.dropout(torch.nn.functional.softmax(weights, dim=-1, dtype=torch.float32).to(q.dtype))
+        out = torch.bmm(probs.view(batch_heads, length, length), v)
+        return (out, probs) if self.return_weights else out
+
+
+def _bloom_inputs():
+    q, k, v = (torch.randn(6, 16, 8, generator=torch.Generator().manual_seed(i)) for i in range(3))
+    alibi = torch.randn(6, 1, 16, generator=torch.Generator().manual_seed(4))
+    return q, k, v, alibi, torch.ones(16, 16, dtype=torch.bool).triu(1)[None, None]
+
+
+def test_bloom_attention_becomes_sdpa_with_its_bias_and_causal_mask_as_one_float_mask():
+    inputs = _bloom_inputs()
+    model = BloomStyle().eval()
+    expected = model(*inputs)
+    torch._dynamo.reset()
+    rewrite, rewritten = SdpaRewrite(), []
+    compiled = torch.compile(model, backend=lambda gm, ex: rewritten.append(gm) or rewrite(gm, ex))
+    assert torch.allclose(compiled(*inputs), expected, atol=1e-5)
+    names = [getattr(n.target, "__name__", n.target) for n in rewritten[0].graph.nodes]
+    assert "folded_attention" in names and "softmax" not in names and "baddbmm" not in names
+    assert rewrite.describe() == "1 block(s) as SDPA(attn_mask=...)"
+    torch._dynamo.reset()
+    found = check_rule("manual-attention", _graph_evidence(model, inputs))
+    assert len(found) == 1 and found[0].evidence["score_bias"]
+    assert "the scores' bias as a float mask" in found[0].fix.summary
+
+
+def test_attention_whose_weights_go_back_to_the_caller_is_left_alone():
+    inputs = _bloom_inputs()
+    assert check_rule("manual-attention", _graph_evidence(BloomStyle(return_weights=True).eval(), inputs)) == []
+
+
+def _graph_evidence(model, inputs):
+    from advisor.evidence import Evidence, TargetInfo
+
+    capture = capture_graph(model, inputs)
+    torch._dynamo.reset()
+    return Evidence(target=TargetInfo(model_file="bloom.py"), graph=capture)
 
 
 def test_einsum_attention_on_batch_seq_heads_dim_tensors_becomes_permuted_sdpa_exactly():

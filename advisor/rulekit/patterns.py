@@ -38,8 +38,8 @@ class Attention(Generic[N]):
     scores: N  # q @ k.transpose(-2, -1), baddbmm(bias, q, kᵀ) or einsum("...qd,...kd->...qk", q, k)
     softmax: N
     output: N  # weights @ v, or einsum("...qk,...kd->...qd", weights, v)
-    between: list[N] = field(default_factory=list)  # scale, mask and cast nodes, from scores to softmax
-    after: list[N] = field(default_factory=list)  # cast and dropout nodes between softmax and output
+    between: list[N] = field(default_factory=list)  # scale, mask, cast and view nodes, from scores to softmax
+    after: list[N] = field(default_factory=list)  # cast, dropout and view nodes between softmax and output
 
 
 def einsum_role(equation: str) -> str | None:
@@ -132,7 +132,7 @@ def find_attention(nodes: Iterable[N], name: Callable[[N], str], inputs: Callabl
         if node is None or role(node) not in ("matmul", "scores") or len(_users(node)) != 1:
             continue
         after, weights = [], softmax
-        while len(_users(weights)) == 1 and name(_users(weights)[0]) in CASTS | DROPOUT:
+        while len(_users(weights)) == 1 and name(_users(weights)[0]) in CASTS | DROPOUT | SCORE_VIEWS:
             weights = _users(weights)[0]
             after.append(weights)
         consumers = _users(weights)
