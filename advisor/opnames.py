@@ -124,6 +124,18 @@ DTYPE_CONVERSIONS = {"float", "double", "half", "bfloat16", "to", "type"}
 # --- from tensor_creation_in_step ------------------------------------------------------------
 FROM_HOST = {"tensor", "as_tensor"}  # built from Python data on the host, then copied
 
+# --- from tensor_loop ------------------------------------------------------------
+# torch 2.13's torch._foreach_* operators, for evidence without its own torch's (Environment.foreach_operators)
+FOREACH_OPERATORS_TORCH_2_13 = frozenset({
+    "abs", "acos", "add", "addcdiv", "addcmul", "asin", "atan", "ceil", "clamp_max", "clamp_min", "clone", "copy",
+    "cos", "cosh", "div", "erf", "erfc", "exp", "expm1", "floor", "frac", "lerp", "lgamma", "log", "log10", "log1p", "log2",
+    "max", "maximum", "minimum", "mm", "mul", "neg", "norm", "pow", "powsum", "reciprocal", "round", "rsqrt", "sigmoid",
+    "sign", "sin", "sinh", "sqrt", "sub", "tan", "tanh", "trunc", "zero",
+})
+
+# operators that read or relabel a tensor's metadata (``.data =`` asks _has_compatible_shallow_copy_type): no work
+METADATA_OP_PREFIXES = ("aten::_has_", "aten::is_", "aten::_is_", "aten::sym_")
+
 # --- from host_sync ------------------------------------------------------------
 # torch 2.13's operator tags (data_dependent_output: "value", dynamic_output_shape: "size"), for evidence that does
 # not carry its own torch's (Environment.sync_operators: a trace recorded elsewhere, older saved evidence). A test

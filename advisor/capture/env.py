@@ -46,6 +46,7 @@ def capture_environment(device: torch.device) -> Environment:
         anomaly_detection=torch.is_anomaly_enabled(),
         device_name=cpu_model,
         sync_operators=sync_operators(),
+        foreach_operators=sorted({name[len("_foreach_"):].rstrip("_") for name in dir(torch) if name.startswith("_foreach_")}),
     )
     env.dispatch_overhead_us = measure_dispatch_overhead(device)
     env.memory_bandwidth_gbs, env.matmul_gflops = measure_device_speed(device)

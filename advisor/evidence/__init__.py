@@ -139,6 +139,9 @@ class Environment(Record):
     sync_operators: dict[str, str] = Field(default_factory=dict, description=(
         "aten operators this torch tags as making the host wait for a device result: 'value' "
         "(data_dependent_output) or 'size' (dynamic_output_shape); empty where not read (a recorded trace)"))
+    foreach_operators: list[str] = Field(default_factory=list, description=(
+        "the operators this torch runs over a list of tensors at once (torch._foreach_<name>), named as aten names "
+        "them without a trailing underscore: 'add', 'lerp', 'norm'"))
 
 
 class Timing(Record):
