@@ -59,7 +59,7 @@ from advisor.rulekit.helpers import runs_compiled
 from advisor.rulekit.patching import model_built_for
 from advisor.rulekit.rule import Clean, Finding, Fix, Layer, Location, Margin, Severity, Threshold, Thresholds, rule
 from advisor.sources import is_library_path, site_label
-from advisor.stats import percentile
+from advisor.stats import median, percentile
 from advisor.trace.parse import Trace
 from advisor.trace.roofline import ITEMSIZE
 
@@ -119,7 +119,7 @@ def _cpu(ev: Evidence, trace: Trace, th: Thresholds) -> Iterator[Finding]:
         yield Clean(why="the step runs compiled code already (torch.compile)")
         return
     top = trace.top_ops()
-    ops_per_step = len(top) / trace.step_count
+    ops_per_step = _typical_ops_per_step(trace, top)
     step_ms = ev.step_ms
     if ops_per_step < th.min_ops or not step_ms:
         yield (Margin(quantity="operators per step", value=round(ops_per_step, 2), threshold=th.min_ops, noise=0.0)
@@ -181,6 +181,18 @@ def _cpu(ev: Evidence, trace: Trace, th: Thresholds) -> Iterator[Finding]:
         locations=_emitting_lines(trace, top),
         fix=_fix(ev, trace, th),
     )
+
+
+def _typical_ops_per_step(trace: Trace, top: list) -> float:
+    """The operators of a typical profiled step (the median step's count), set against the typical step's time: a
+    profiled step that held a rollout between updates is not the step the timing's median describes."""
+    if not trace.steps:
+        return float(len(top))
+    counts = [0] * len(trace.steps)
+    for op in top:
+        if op.step is not None:
+            counts[op.step] += 1
+    return median(counts)
 
 
 def _forward_call(ev: Evidence) -> dict:

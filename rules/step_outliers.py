@@ -4,7 +4,8 @@ What it detects:
     In an ``advisor run``, the steps (of those that ran as the script runs alone: timed, and under ``--full``
     every step after) that exceed the median step by half of it and by four robust deviations, each with what was
     in it above a typical step: the garbage collector's passes, a wait for data, ``torch.save``, an evaluation
-    pass, Dynamo compiling, or the step's thread waiting for a CPU another process held. A finding when what the
+    pass, Dynamo compiling, or the step's thread waiting for a CPU another process held (a rollout between the
+    model's updates is the loop's shape, not a stall: rollout-bound judges it). A finding when what the
     script's own causes account for in them (their time, or a whole step of evaluation or compilation) holds at
     least ``min_share`` of the steps' time (a cause seen only
     in the first quarter of the steps is the start's, paid once, and not counted).
@@ -35,6 +36,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from advisor.evidence import Evidence
+from advisor.machine.step_log import ROLLOUT
 from advisor.rulekit.rule import Clean, Finding, Fix, Layer, Severity, Threshold, Thresholds, rule
 
 LISTED = 8  # outliers named in the message (all are in the evidence)
@@ -58,6 +60,8 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     outliers = log.outliers()
     total = sum(step.ms for step in judged)
     own = [o for o in outliers if not all(cause.startswith(NOT_THE_SCRIPTS) for cause in o.causes)]
+    # a rollout between updates is the loop's shape, every time, not a stall: rollout-bound judges its share
+    own = [o for o in own if not all(cause.startswith(ROLLOUT) for cause in o.causes)]
     # a cost seen only in the first quarter's steps is the start's (a loader's workers filling their queue): a
     # short window would make it look large, and a long run pays it once
     start_ends = judged[len(judged) // 4].step if len(judged) >= 4 else 0

@@ -2,7 +2,7 @@
 
     python tests/record_evidence.py [SAMPLE ...]
     python tests/record_evidence.py --ddp     # rank 0 of the 2-rank gloo DDP scripts, through torchrun
-    python tests/record_evidence.py --runs    # advisor run's steps, step log and collector's passes of scripts
+    python tests/record_evidence.py --runs [SCRIPT ...]  # advisor run's steps, step log and collector's passes
 
 Run it after a change to capture (not to rules: rules are what the fixtures test). Record on a
 quiet machine: the timings and profiles in the fixtures are this machine's measurements, and
@@ -23,7 +23,7 @@ from advisor.commands.run import RunOptions, run_script  # noqa: E402
 from devkit.saved_evidence import DDP_DIR, ROOT, relocatable, save_evidence  # noqa: E402
 
 DDP_SCRIPTS = ("ddp_train", "ddp_clean")
-RUN_SCRIPTS = ("gc_records", "growing_history", "clean_train")  # the run rules' positives, and their negative
+RUN_SCRIPTS = ("gc_records", "growing_history", "rollout_loop", "clean_train")  # the run rules' positives, their negative
 RUNS_DIR = ROOT / "tests" / "data" / "runs"
 
 
@@ -66,8 +66,8 @@ def record_run(script: str) -> None:
 
 
 if __name__ == "__main__":
-    if sys.argv[1:] == ["--runs"]:
-        for script in RUN_SCRIPTS:
+    if sys.argv[1:2] == ["--runs"]:
+        for script in sys.argv[2:] or RUN_SCRIPTS:
             record_run(script)
         sys.exit(0)
     if sys.argv[1:] == ["--ddp"]:

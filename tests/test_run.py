@@ -263,6 +263,17 @@ def test_a_keyword_only_model_holding_autograd_results_is_read_as_it_ran(tmp_pat
     assert report.flops.by_op["mm"] >= forward  # the weights' gradients (and the hidden states')
 
 
+def test_a_reinforcement_learning_loop_is_split_between_its_updates_and_its_rollout(tmp_path):
+    script = SCRIPTS / "rollout_loop.py"
+    report = _run(script, tmp_path).report
+    assert report.errors == [] and report.target.mode == "train" and report.target.model_class == "ActorCritic"
+    assert {f.slug for f in report.findings} == {"rollout-bound", "host-sync"}
+    [rollout] = [f for f in report.findings if f.slug == "rollout-bound"]
+    assert rollout.evidence["batch"] == 1 and rollout.evidence["calls_per_rollout"] == 256
+    assert _lines(report, "rollout-bound") == {line_of(script, "POLICY LINE")}
+    assert "ms in the model's updates and" in report.stages[0].note  # the iteration's split, said
+
+
 def test_several_optimizers_make_one_step_per_iteration(tmp_path):
     report = _run(SCRIPTS / "gan_train.py", tmp_path, "--iterations", "30").report
     assert report.errors == [] and report.findings == []  # a clean script

@@ -16,14 +16,16 @@ from advisor.machine.collector_pauses import CollectorPauses
 from advisor.machine.step_log import LoggedStep, StepLog
 from advisor.rulekit.engine import load_rules, run_rules
 from advisor.run.collector import CollectorWatch
+from advisor.run.inference_calls import InferenceCalls
 from advisor.run.logged_steps import StepLog as ScriptStepLog
-from conftest import SAMPLES, share_finding
+from conftest import SAMPLES, line_of, share_finding
 from devkit.saved_evidence import relocated
 
 RULES = load_rules()
 RECORDED = Path(__file__).parent / "data" / "runs"  # python tests/record_evidence.py --runs
 # the run rules' positives: real advisor runs of samples/scripts (tests/test_rules_on_evidence.py)
-RECORDED_RUN_POSITIVES = {"gc-pauses": "gc_records", "step-outliers": "gc_records", "step-drift": "growing_history"}
+RECORDED_RUN_POSITIVES = {"gc-pauses": "gc_records", "step-outliers": "gc_records", "step-drift": "growing_history",
+                          "rollout-bound": "rollout_loop"}
 # memory-near-capacity's positive: gpt_block's recorded memory replayed on a GPU filled to 93% (tests/test_memory.py)
 REPLAYED_POSITIVES = {"memory-near-capacity"}
 
@@ -147,6 +149,7 @@ class _Window:
         self.collector = CollectorWatch()
         self.count, self.warmup, self.steps, self.profile_steps = 0, 3, 20, 3
         self.waiting, self.journal_spent, self.evaluating, self.done = 0.0, 0.0, False, False
+        self.inference = InferenceCalls()
 
 
 def test_the_script_side_log_times_each_step_and_its_saves(tmp_path):
@@ -203,3 +206,34 @@ def test_advisor_run_finds_the_drift_of_a_growing_history(tmp_path):
     lines = script.read_text(encoding="utf-8").splitlines()
     grown = {number for number, line in enumerate(lines, 1) if "bank" in line and "torch" in line or "bank.T" in line}
     assert {loc.line for loc in finding.locations} <= grown
+
+
+def test_a_rollout_between_updates_is_the_loops_share_not_an_outlier_stall():
+    """rollout_loop's every fourth Adam step holds a rollout of 256 batch-1 forwards: rollout-bound says what share
+    of the steps' time it holds, with the policy's line and the batch; step-outliers names the rollout as the long
+    steps' cause but does not report the loop's own shape as stalls."""
+    evidence = recorded_run("rollout_loop")
+    [finding], _ = _run(evidence, "rollout-bound")
+    assert finding.evidence["batch"] == 1 and finding.evidence["calls_per_rollout"] == 256
+    assert finding.evidence["small_batches"] and finding.evidence["rollout_share"] >= 0.3
+    assert [loc.line for loc in finding.locations] == [line_of(SAMPLES / "scripts" / "rollout_loop.py", "POLICY LINE")]
+    named = {o.step for o in evidence.step_log.outliers() if any(cause.startswith("a rollout") for cause in o.causes)}
+    assert named == {step.step for step in evidence.step_log.judged() if step.inference_forwards}
+    findings, run = _run(evidence, "step-outliers")
+    assert findings == [] and run.status == "silent"
+
+
+def test_the_model_s_calls_without_grad_are_timed_on_the_model_alone():
+    model, calls = torch.nn.Linear(4, 2), InferenceCalls()
+    calls.watch(model)
+    try:
+        model(torch.randn(8, 4)).sum().backward()  # an update's forward: not counted
+        with torch.no_grad():
+            for _ in range(3):
+                model(torch.randn(1, 4))
+        taken = calls.take()
+    finally:
+        calls.remove()
+    assert taken["inference_forwards"] == 3 and taken["inference_batch"] == 1
+    assert 0 < taken["inference_ms"] <= taken["rollout_ms"]
+    assert calls.take()["inference_forwards"] == 0 and not model._forward_pre_hooks

@@ -21,7 +21,9 @@ OUTLIER_DEVIATIONS = 4.0  # ... and by this many robust deviations (1.4826 x the
 DRIFT_STEPS = 20  # a rise over fewer steps may be a state filling up to its bound (L-BFGS's history)
 EXPLAINS = 0.3  # a timed cause explains an outlier when it holds this share of the step's excess
 TIMED_CAUSES = (("collector_ms", "garbage collection"), ("data_wait_ms", "waiting for data"),
-                ("save_ms", "torch.save"), ("cpu_wait_ms", "another process held the CPU"))
+                ("save_ms", "torch.save"), ("cpu_wait_ms", "another process held the CPU"),
+                ("rollout_ms", "a rollout (the model run without grad, and the work between its calls)"))
+ROLLOUT = "a rollout"  # a cause that is the loop's shape (rollout-bound judges it), not a stall
 
 
 class LoggedStep(Record):
@@ -34,6 +36,10 @@ class LoggedStep(Record):
     cpu_wait_ms: float | None = Field(default=None, description="the step's thread waiting for a CPU held elsewhere")
     compiled_frames: int = 0
     evaluation: bool = False
+    inference_forwards: int = Field(default=0, description="calls of the model without grad (from the warm-up's end)")
+    inference_ms: float = Field(default=0.0, description="their time")
+    rollout_ms: float = Field(default=0.0, description="from the first such call's start to the last's end")
+    inference_batch: int | None = Field(default=None, description="their median batch (the first input's size)")
 
 
 class Outlier(Record):
@@ -48,6 +54,8 @@ class Outlier(Record):
 
 class StepLog(Record):
     steps: list[LoggedStep] = Field(default_factory=list)
+    inference_call: tuple[str, int] | None = Field(default=None, description="the user's line of the first call of "
+                                                                             "the model without grad")
 
     def judged(self) -> list[LoggedStep]:
         return [step for step in self.steps if step.phase in JUDGED_PHASES]
@@ -104,5 +112,5 @@ def _causes(step: LoggedStep, excess_ms: float, usual: dict[str, float]) -> list
         causes.append("an evaluation pass")
     if step.compiled_frames:
         causes.append(f"Dynamo compiled {step.compiled_frames} frame(s) (a recompilation)")
-    return causes or ["unexplained: no collector pass, data wait, save, other process, evaluation or compilation "
-                      "above a typical step's"]
+    return causes or ["unexplained: no collector pass, data wait, save, other process, rollout, evaluation or "
+                      "compilation above a typical step's"]

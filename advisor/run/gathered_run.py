@@ -145,7 +145,9 @@ def _primary_evidence(run: ScriptRun, script: str, timeout: float) -> tuple[Evid
         evidence.collector = CollectorPauses.model_validate(window["collector"])
     logged = (run.read("steps.json") or {}).get("steps") or window.get("step_log")  # --full: to the script's end
     if logged:
-        evidence.step_log = StepLog.model_validate({"steps": logged})
+        evidence.step_log = StepLog.model_validate({"steps": logged, "inference_call": window.get("inference_call")})
+        if (split := _iteration_split(evidence.step_log)) is not None:
+            notes.append(split)
     if window["data_wait_ms"] and any(window["data_wait_ms"]):
         notes.append(f"the loop waited {statistics.median(window['data_wait_ms']):.3g} ms per step for data "
                      "(median; the step time excludes it, the data rules judge it)")
@@ -181,6 +183,20 @@ def _primary_evidence(run: ScriptRun, script: str, timeout: float) -> tuple[Evid
     if len(run.rank_folders) > 1:
         _gather_ranks(run, evidence, notes)
     return evidence, errors, notes
+
+
+def _iteration_split(log: StepLog) -> str | None:
+    """The iteration's time between the model's updates and its calls without grad (a rollout), where there were
+    any: what a step's median does not say."""
+    judged = log.judged()
+    total = sum(step.ms for step in judged)
+    rollout = sum(step.rollout_ms for step in judged)
+    if not total or not rollout:
+        return None
+    model = sum(step.inference_ms for step in judged)
+    calls = sum(step.inference_forwards for step in judged)
+    return (f"the judged steps' {total:.4g} ms: {total - rollout:.4g} ms in the model's updates and {rollout:.4g} ms "
+            f"between them in {calls} call(s) of the model without grad ({model:.4g} ms) and the work around them")
 
 
 def _unmatched_marker(unmatched: dict) -> str:

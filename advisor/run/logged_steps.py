@@ -5,7 +5,8 @@ garbage collector, a recompilation, a wait for data, another process on the CPUs
 stall. Each step's end records, from the step's start (the previous step's end, advisor's own work between the
 two left out): its wall time with the wait for data, that wait, the collector's passes, the time in
 ``torch.save``, Dynamo's frames compiled, the time the step's thread waited for a CPU other processes held
-(``/proc/thread-self/schedstat``), whether it held an evaluation, and what advisor did in it (warm-up,
+(``/proc/thread-self/schedstat``), whether it held an evaluation, the model's calls without grad in it (a
+rollout: ``inference_calls.py``), and what advisor did in it (warm-up,
 timed, profiled, watched): the ``step-outliers`` and ``step-drift`` rules read it. With ``--full`` the steps
 after the window are recorded too, to the script's end.
 """
@@ -67,7 +68,8 @@ class StepLog:
             "save_ms": round(self.saving_s * 1000, 4),
             "cpu_wait_ms": round(max(0.0, waited - self.waited_at_start) * 1000, 4) if waited is not None
             and self.waited_at_start is not None else None,
-            "compiled_frames": _frames_compiled() - self.compiled_at_start, "evaluation": bool(window.evaluating)})
+            "compiled_frames": _frames_compiled() - self.compiled_at_start, "evaluation": bool(window.evaluating),
+            **window.inference.take()})
 
 
 def _phase(window: Any) -> str:

@@ -35,6 +35,7 @@ from advisor.files.gate import GATE
 from advisor.files.intercept import suspended
 from advisor.run.collector import CollectorWatch
 from advisor.run.failures import watch_failures
+from advisor.run.inference_calls import InferenceCalls
 from advisor.run.kinds import FORWARD, MARKER, OPTIMIZER, PROFILER_STEP, RANK
 from advisor.run.logged_steps import StepLog
 from advisor.run.profiled_steps import ProfiledSteps
@@ -116,6 +117,7 @@ class StepWindow(ProfiledSteps, TrainingSigns, WindowEnd):
         self.in_backward = 0  # inside torch.autograd.backward: checkpointed layers run their forwards again
         self.optimizer_created = False
         self.contents = StepContents()
+        self.inference = InferenceCalls()  # the model's calls without grad between updates, from the warm-up's end
         self.lead_module: int | None = None  # the model: the outermost module with the most parameters
         self.restarts_after_evaluation = 0  # steps whose clock started again when the script left eval mode
         self.evaluating = False  # the script called model.eval() in this step (training_signs.py)
@@ -331,6 +333,8 @@ class StepWindow(ProfiledSteps, TrainingSigns, WindowEnd):
             self.machine.start()  # what else ran on the CPUs while the steps were timed
         if self.count == self.warmup and not self.measure_only and kind != FORWARD:
             self._drop_forward_hooks()  # their graph inputs are recorded; timed steps run without them
+            if (lead := self.outermost.get(self.lead_module)) is not None:
+                self.inference.watch(lead[0])  # two hooks on the model alone: its calls without grad
         if self.count == 1:
             self.write("progress.json", {"kind": self.kind, "first_step_s": time.monotonic()})
         if self.verification is not None and self.verification.blocks is not None:  # an A/B inside this run

@@ -49,6 +49,7 @@ class WindowEnd:
                 "data_wait_ms": list(self.data_wait_ms), "stopped": stopped, "ended_early": ended_early,
                 "warmup_steps": self.warmup, "optimizers": len(self.optimizers), "distributed": distributed(),
                 "evaluations": self.evaluations, "collector": self.collector.measured(), "step_log": self.log.steps,
+                "inference_call": list(self.inference.site) if self.inference.site else None,
                 "conditions": self.machine.conditions.model_dump(mode="json") if self.machine.conditions else None}
 
     def finish(self, stopped: bool, ended_early: bool = False, interrupted: bool = False) -> None:
@@ -57,6 +58,7 @@ class WindowEnd:
         self.done = True
         self.contents.end_counting()
         self._drop_forward_hooks()  # the window is over (and Dynamo, capturing the graph, warns about global hooks)
+        self.inference.remove()  # before the model is copied: a copy would carry the hooks
         measured = {**self.measured(stopped, ended_early), "interrupted": interrupted}
         with suspended():
             if not self.measure_only:
