@@ -70,6 +70,9 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     judged = ev.step_log.judged()
     total = sum(step.ms for step in judged)
     rollouts = [step for step in judged if step.inference_forwards]
+    if (not rollouts or not total) and (first := _first_rollout(ev, th, judged)) is not None:
+        yield first
+        return
     if not rollouts or not total:
         yield Clean(why=f"no call of the model without grad between its updates in the {len(judged)} judged steps")
         return
@@ -114,8 +117,41 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     )
 
 
+def _first_rollout(ev: Evidence, th: Thresholds, judged: list) -> Finding | None:
+    """A rollout before the first update, where the judged steps held none (one rollout feeds hundreds of updates:
+    Stable-Baselines3's PPO, 2,048 environment steps, then 320 minibatch steps): named with its calls and batch, at
+    LOW, since how it alternates with the updates was not seen (``--full`` sees it)."""
+    first = ev.step_log.first_rollout or {}
+    calls, batch = first.get("inference_forwards", 0), first.get("inference_batch")
+    if calls < th.min_calls or batch is None or batch > th.small_batch:
+        return None
+    rollout_ms, model_ms = first.get("rollout_ms", 0.0), first.get("inference_ms", 0.0)
+    typical = median([step.ms for step in judged]) if judged else None
+    site = ev.step_log.inference_call
+    return Finding(
+        severity=Severity.LOW,
+        message=(f"before its first update the script ran the model {calls} times without grad (batch {batch}) over "
+                 f"{rollout_ms:.4g} ms, of which the model's own calls took {model_ms:.4g} ms: a rollout of one "
+                 "environment's observation a call"
+                 + (f", against a typical update step of {typical:.3g} ms" if typical else "")
+                 + "; the judged steps held no other, so how the rollouts alternate with the updates was not seen "
+                   "(--full runs the script to its end). Stepping several environments together would give every "
+                   "forward a batch"),
+        impact=None,
+        evidence={"rollout_ms": round(rollout_ms, 3), "model_calls_ms": round(model_ms, 3), "calls_per_rollout": calls,
+                  "batch": batch, "before_first_update": True, "small_batches": True},
+        locations=[Location.at(site[0], site[1], note=f"the model called without grad ({calls} times, batch {batch})")]
+        if site else [],
+        fix=Fix(summary="batch the rollout: step n environments together (gymnasium.vector.SyncVectorEnv / "
+                        "AsyncVectorEnv, n_envs in Stable-Baselines3) and call the model once per step of all of them",
+                docs=DOCS),
+    )
+
+
 @check.advice_only
 def expected(finding: Finding) -> str:
     """Vectorising the user's environments changes the script: say what the rollout costs."""
     return (f"no automatic rewrite (it changes how the script steps its environments); the rollout holds "
-            f"{finding.evidence.get('rollout_share', 0):.0%} of the steps' time, which batching the calls shortens")
+            f"{finding.evidence.get('rollout_share', 0):.0%} of the steps' time, which batching the calls shortens"
+            if "rollout_share" in finding.evidence else "no automatic rewrite (it changes how the script steps its "
+            "environments); the rollout's share of the run was not seen in the window")

@@ -15,6 +15,7 @@ from advisor.evidence import Evidence, TargetInfo, Timing
 from advisor.machine.collector_pauses import CollectorPauses
 from advisor.machine.step_log import LoggedStep, StepLog
 from advisor.rulekit.engine import load_rules, run_rules
+from advisor.rulekit.rule import Severity
 from advisor.run.collector import CollectorWatch
 from advisor.run.inference_calls import InferenceCalls
 from advisor.run.logged_steps import StepLog as ScriptStepLog
@@ -237,3 +238,17 @@ def test_the_model_s_calls_without_grad_are_timed_on_the_model_alone():
     assert taken["inference_forwards"] == 3 and taken["inference_batch"] == 1
     assert 0 < taken["inference_ms"] <= taken["rollout_ms"]
     assert calls.take()["inference_forwards"] == 0 and not model._forward_pre_hooks
+
+
+def test_a_rollout_before_the_first_update_is_named_where_the_window_held_none():
+    """Stable-Baselines3's PPO: 2,048 batch-1 calls of the policy, then 320 updates; the window's 20 steps are all
+    updates. The rollout is named at LOW (its share of the run was not seen), a batched one is not."""
+    evidence = _logged([1.6] * 20)
+    first = {"inference_forwards": 2048, "inference_ms": 600.0, "rollout_ms": 850.0, "inference_batch": 1}
+    log = evidence.step_log.model_copy(update={"first_rollout": first, "inference_call": ("/w/ppo.py", 5)})
+    [finding], _ = _run(evidence.model_copy(update={"step_log": log}), "rollout-bound")
+    assert finding.severity == Severity.LOW and finding.evidence["before_first_update"]
+    assert "2048 times without grad (batch 1)" in finding.message and finding.locations[0].line == 5
+    batched = log.model_copy(update={"first_rollout": {**first, "inference_batch": 16}})
+    findings, run = _run(evidence.model_copy(update={"step_log": batched}), "rollout-bound")
+    assert findings == [] and run.status == "silent"

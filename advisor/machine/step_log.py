@@ -56,6 +56,9 @@ class StepLog(Record):
     steps: list[LoggedStep] = Field(default_factory=list)
     inference_call: tuple[str, int] | None = Field(default=None, description="the user's line of the first call of "
                                                                              "the model without grad")
+    first_rollout: dict | None = Field(default=None, description="the model's calls without grad before the first "
+                                                                 "step (count, time, span, batch): a rollout that comes "
+                                                                 "before any update")
 
     def judged(self) -> list[LoggedStep]:
         return [step for step in self.steps if step.phase in JUDGED_PHASES]

@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import json
 import statistics
+import sys
 from typing import TYPE_CHECKING, Any
+
+from advisor.sources import is_library_path
 
 if TYPE_CHECKING:
     from advisor.run.window import StepWindow
@@ -25,6 +28,57 @@ def the_model(window: StepWindow) -> tuple[Any, list[str]]:
         return (sum(1 for p in module.parameters() if id(p) in updated), size > 0, calls, size)
     module, _, inputs, _, _, _ = max(window.outermost.values(), key=rank)
     return module, inputs or []
+
+
+def owner_of(parameters: list) -> Any:
+    """The smallest module that holds every one of ``parameters`` (an optimizer's): the model a LightningModule, a
+    GP or a policy is, where the script's step calls only its parts (``self.encoder(x)`` in a training_step) or
+    calls it outside nn.Module's hooks (gpytorch's own ``__call__``). Climbed from the module holding the first
+    parameter through its parents, found by what refers to them; None where no such module is found."""
+    if not parameters:
+        return None
+    wanted = {id(p) for p in parameters}
+    module = _owning(parameters[0], "_parameters")
+    for _ in range(MAX_CLIMB):
+        if module is None or wanted <= {id(p) for p in module.parameters()}:
+            break
+        module = _owning(module, "_modules")
+    else:
+        return None
+    if module is None:
+        return None
+    # the modules around it that hold the same parameters and no more: the user's own class among them names the
+    # model (ODEFunc, not the nn.Sequential inside it nor the solver's wrapper around it), else the outermost
+    alike, held = [module], {id(p) for p in module.parameters()}
+    for _ in range(MAX_CLIMB):
+        parent = _owning(alike[-1], "_modules")
+        if parent is None or {id(p) for p in parent.parameters()} != held:
+            break
+        alike.append(parent)
+    users = [m for m in alike if not is_library_path(getattr(sys.modules.get(type(m).__module__), "__file__", "") or "")]
+    return users[-1] if users else alike[-1]
+
+
+MAX_CLIMB = 16  # levels of modules between a parameter and the model that holds them all
+
+
+def _owning(value: Any, table: str) -> Any:
+    """The module whose ``table`` (its ``_parameters`` or ``_modules`` dict) holds ``value``."""
+    import gc
+
+    import torch
+
+    for holder in gc.get_referrers(value):
+        if not isinstance(holder, dict):
+            continue
+        for referrer in gc.get_referrers(holder):
+            # the module itself (an instance dict Python manages inline), or its __dict__ that refers to the table
+            owners = [referrer] if isinstance(referrer, torch.nn.Module) else \
+                gc.get_referrers(referrer) if isinstance(referrer, dict) and referrer.get(table) is holder else []
+            for owner in owners:
+                if isinstance(owner, torch.nn.Module) and owner.__dict__.get(table) is holder:
+                    return owner
+    return None
 
 
 def model_copy(model: Any) -> Any:
@@ -94,18 +148,29 @@ def describe_run(window: StepWindow) -> None:
     model = window.ddp.inner(model) if model is not None else None  # DDP's module: DDP itself cannot be copied
     if model is not outer:
         window.batches[id(model)] = window.batches.get(id(outer), [])  # DDP passes its inputs on unchanged
-    parameter = next(model.parameters(), None) if model is not None else None
+    # what the report names: the smallest module holding all the optimizer updates (a LightningModule whose step
+    # calls its parts, the ODE function inside its solver's wrapper), else the module the step called
+    lead = window.optimizers.get(window.lead)
+    updated = [p for group in lead.param_groups for p in group["params"]] if lead is not None else []
+    described = (owner_of(updated) if updated else None) or model
+    parameter = next(described.parameters(), None) if described is not None else None
     device = parameter.device if parameter is not None else torch.device("cpu")
     training = window.mode == "train" or (not window.mode and bool(window.optimizers or window.backward_seen))
     info = TargetInfo(model_file=window.script, mode="train" if training else "inference",
                       device=str(device), input_summary=inputs)
+    if described is not None:
+        missing.attempt("model", "the model's class, parameters and modules", lambda: describe_model(info, described))
     if model is not None:
         site = window.outermost[id(outer)][3]
         if site is not None:
             info.forward_call = Location.at(*site, note="the script's call of the model")
-        missing.attempt("model", "the model's class, parameters and modules", lambda: describe_model(info, model))
-        missing.attempt("graph", "the model's graph (the graph rules)", lambda: _capture_graph(window, model))
-        missing.attempt("routing", "its experts' routing", lambda: _measure_routing(window, model))
+        if next(model.parameters(), None) is None and described is not model:
+            window.write("graph_error.json", {"message": f"the script's steps called none of {type(described).__name__}'s "
+                                                         "modules through nn.Module's call (its library runs forward "
+                                                         "itself): no call of the model to capture a graph with"})
+        else:
+            missing.attempt("graph", "the model's graph (the graph rules)", lambda: _capture_graph(window, model))
+            missing.attempt("routing", "its experts' routing", lambda: _measure_routing(window, model))
     if window.optimizers:
         missing.attempt("optimizer", "the optimizer's settings",
                         lambda: describe_optimizer(info, next(iter(window.optimizers.values()))))

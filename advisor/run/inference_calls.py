@@ -10,7 +10,7 @@ import sys
 import time
 from typing import Any
 
-from advisor.sources import direct_user_caller
+from advisor.sources import ADVISOR_DIR, TORCH_DIR, direct_user_caller, user_frame_of
 
 
 class InferenceCalls:
@@ -39,11 +39,18 @@ class InferenceCalls:
         self._started = None
 
     def _enter(self, module: Any, args: tuple) -> None:
+        self.enter(args, depth=2)
+
+    def enter(self, args: tuple, depth: int = 1) -> None:
+        """A call of the model begins (``depth``: frames between the caller of the model and here)."""
         torch = sys.modules["torch"]
         if torch.is_grad_enabled() or self._started is not None or os.getpid() != self.owner:
             return  # an update's forward, a call inside a call, a forked worker
-        if self.site is None:
-            self.site = direct_user_caller(sys._getframe(1))
+        if self.site is None:  # the user's line that calls the model, else the user's line a library called it under
+            frame = sys._getframe(depth)
+            while frame is not None and frame.f_code.co_filename.startswith((TORCH_DIR, ADVISOR_DIR)):
+                frame = frame.f_back
+            self.site = direct_user_caller(frame) or user_frame_of(frame)
         first = next((a for a in args if isinstance(a, torch.Tensor)), None)
         if first is not None and first.dim() > 0:
             self.batches.append(int(first.shape[0]))
@@ -52,6 +59,9 @@ class InferenceCalls:
             self.first = self._started
 
     def _leave(self, module: Any, args: tuple, output: Any) -> None:
+        self.leave()
+
+    def leave(self) -> None:
         if self._started is None:
             return
         now = time.perf_counter()

@@ -118,6 +118,7 @@ class StepWindow(ProfiledSteps, TrainingSigns, WindowEnd):
         self.optimizer_created = False
         self.contents = StepContents()
         self.inference = InferenceCalls()  # the model's calls without grad between updates, from the warm-up's end
+        self.first_rollout: dict | None = None  # ... before the first step (a rollout comes before any update)
         self.lead_module: int | None = None  # the model: the outermost module with the most parameters
         self.restarts_after_evaluation = 0  # steps whose clock started again when the script left eval mode
         self.evaluating = False  # the script called model.eval() in this step (training_signs.py)
@@ -148,8 +149,12 @@ class StepWindow(ProfiledSteps, TrainingSigns, WindowEnd):
 
     def install(self) -> None:
         import torch
+        import torch._dynamo  # noqa: F401 - see below
         from torch.optim.optimizer import register_optimizer_step_post_hook
 
+        # Dynamo first: torch.optim imports it at the first optimizer a script creates (and advisor's graph capture
+        # at the window's end). A library that creates its optimizers inside its first steps (Pyro's, per
+        # parameter) would import it in the warm-up step the collector traces allocations in: 80 s of tracing.
         from advisor.run.data_wait import watch_loaders
         from advisor.run.training_signs import watch_training_signs
         from advisor.workload.loader_site import watch_loader_sites
@@ -237,6 +242,8 @@ class StepWindow(ProfiledSteps, TrainingSigns, WindowEnd):
             elif training and not seen[5]:  # the training forward's line, not an evaluation's that came first
                 seen[3], seen[5] = direct_user_caller(sys._getframe(1)), True
             seen[1] += 1
+            if self.count == 0 and not training and self.kind != FORWARD:  # before the first step: a rollout?
+                self.inference.enter(args)
             recorded = self.batches.setdefault(id(module), [])
             self.recording = None
             if len(recorded) < ROUTED_BATCHES and self.count <= self.warmup:
@@ -264,6 +271,7 @@ class StepWindow(ProfiledSteps, TrainingSigns, WindowEnd):
             return
         import torch
 
+        self.inference.leave()  # the outermost call entered above, if it was one without grad before any step
         kwargs = kwargs_and_output[0] if len(kwargs_and_output) == 2 else {}
         if self.recording is not None:
             self.recording.kwargs = kept(kwargs)
@@ -279,8 +287,10 @@ class StepWindow(ProfiledSteps, TrainingSigns, WindowEnd):
             self.step_forwards[id(module)] = self.step_forwards.get(id(module), 0) + 1
         if self.marker_watch is not None and not self.trains and self.marker_watch.own_step():
             stop.stop_now(0, at_boundary=True)  # the marker matched nothing in the warm-up's worth of forwards
-        if self.kind in (None, FORWARD) and not self.trains and id(module) == self.lead_module:
-            self.boundary(FORWARD)  # inference: each call of the model is a step, until a sign of training
+        if self.kind in (None, FORWARD) and not self.trains and id(module) == self.lead_module and entry and entry[4]:
+            # inference: each call of the model is a step, until a sign of training; a module with no parameters (an
+            # ODE's right-hand side solved before the model is built, a loss) is no model to step by
+            self.boundary(FORWARD)
 
     def boundary(self, kind: str) -> None:
         if os.getpid() != self.owner:
@@ -306,6 +316,8 @@ class StepWindow(ProfiledSteps, TrainingSigns, WindowEnd):
             return
         self._synchronize()
         now = time.perf_counter()
+        if self.count == 0 and self.inference.count:
+            self.first_rollout = self.inference.take()  # the model's calls without grad before the first step
         self.log.step_ended(self, now)
         if self.hooks and kind != FORWARD and self.step_forwards:
             self.forwards_per_step = dict(self.step_forwards)
