@@ -96,13 +96,17 @@ def frames_in(text: str) -> Iterator[tuple[str, int, str, str]]:
             yield match.group("file").strip(), int(match.group("line")), match.group("function") or "", after
 
 
-def innermost_user_frame(text: str, prefer: str | None = None) -> tuple[str, int, str]:
+def innermost_user_frame(text: str, prefer: str | None = None, library_fallback: bool = False) -> tuple[str, int, str]:
     """(file, line, code) of the innermost of the user's frames a traceback quotes (in ``prefer`` if any
-    is), else ("", 0, "")."""
-    frames = [(file, line, code) for file, line, _, code in frames_in(text) if not is_library_path(file)]
+    is), else ("", 0, ""); with ``library_fallback``, where none is the user's, the innermost installed library's
+    (not torch's nor the standard library's): what a library's model does is placed there, and said to be its."""
+    quoted = list(frames_in(text))
+    frames = [(file, line, code) for file, line, _, code in quoted if not is_library_path(file)]
     if prefer is not None:
         preferred = os.path.abspath(prefer)
         frames = [f for f in frames if os.path.abspath(f[0]) == preferred] or frames
+    if not frames and library_fallback:
+        frames = [(file, line, code) for file, line, _, code in quoted if third_party(file)]
     return frames[-1] if frames else ("", 0, "")
 
 
@@ -125,13 +129,13 @@ def user_frame_of(frame: Any, library_fallback: bool = False) -> tuple[str, int]
             return in_library if library_fallback else None
         if not is_library_path(filename):
             return filename, frame.f_lineno
-        if in_library is None and _third_party(filename):
+        if in_library is None and third_party(filename):
             in_library = filename, frame.f_lineno
         frame = frame.f_back
     return in_library if library_fallback else None
 
 
-def _third_party(path: str) -> bool:
+def third_party(path: str) -> bool:
     """An installed library's file that is neither PyTorch's nor the standard library's."""
     return not path.startswith((TORCH_DIR, STDLIB_DIR)) and any(marker in path for marker in INSTALLED_MARKERS)
 

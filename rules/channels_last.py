@@ -91,7 +91,7 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
         locations=[Location.at(n.file, n.line, function=f"module {n.module_path}",
                                count_per_step=sum(1 for o in nchw if _site(o) == site),
                                note=f"input {nodes[n.args[0]].shape}")
-                   for site, n in {_site(n): n for n in nchw}.items()][:5],
+                   for site, n in {_site(n): n for n in nchw}.items() if n.file][:5],
         fix=Fix(summary="convert the model and its inputs to channels_last: "
                         "model.to(memory_format=torch.channels_last), x.to(memory_format=torch.channels_last)",
                 docs=["https://pytorch.org/tutorials/intermediate/memory_format_tutorial.html",

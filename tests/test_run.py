@@ -281,7 +281,7 @@ def test_several_optimizers_make_one_step_per_iteration(tmp_path):
     assert "the one stepping least often of the script's 2 optimizers" in report.stages[0].note
     # the model is one of the two (the optimizer's); the step's FLOPs are the whole iteration's as the trace recorded
     # it: both networks' forwards and backwards, more than one training step of either alone
-    assert report.target.param_count in (99_456, 66_561)
+    assert report.target.param_count in (98_944, 66_561)  # the generator or the critic, each whole
     assert report.flops.method == "trace" and report.flops.total > 3 * 2 * 128 * (64 * 512 + 512 * 128)
 
 
@@ -501,7 +501,8 @@ def test_a_gpt_trainer_with_long_accumulation_and_an_evaluation_first_is_read_as
     assert "train-mode-inference" not in fired and "host-sync" in fired
     assert _lines(report, "host-sync") == {line_of(script, "ITEM LINE")}  # the log line; never the memmap slicing
     assert _library_lines(report) == []
-    assert report.flops is not None and "40 forwards of the model per step" in report.flops.note
+    # the step's FLOPs as profiled: its 40 micro-steps' forwards and backwards, read from the trace
+    assert report.flops is not None and report.flops.method == "trace" and report.flops.by_op.get("mm", 0) > 0
     # where the script calls its model for training, not the evaluation forward that ran first (estimate_loss)
     assert report.target.forward_call.line == line_of(script, "TRAIN FORWARD LINE")
     assert report.target.step.counts["forwards"] == {"GPT": 40} and report.target.step.counts["backwards"] == 40

@@ -61,7 +61,9 @@ def test_evaluation_passes_between_steps_are_not_timed_as_the_step(tmp_path):
     assert "timed from its return to train mode" in report.stages[0].note
     script = SCRIPTS / "eval_every_epoch.py"
     assert report.target.forward_call.line == line_of(script, "FORWARD LINE")  # the training forward, not the eval's
-    assert all(loc.line != line_of(script, "EVAL LINE") for f in report.findings for loc in f.locations)
+    # no rule judges the evaluation as the step; rollout-bound may name it as time spent between the updates
+    assert all(loc.line != line_of(script, "EVAL LINE") for f in report.findings if f.slug != "rollout-bound"
+               for loc in f.locations)
 
 
 def test_an_rl_loop_steps_once_per_episode_whatever_its_length(tmp_path):

@@ -15,7 +15,7 @@ import torch
 
 from advisor.evidence import GraphBreak, GraphCapture, GraphNode
 from advisor.opnames import target_name
-from advisor.sources import innermost_user_frame, is_library_path
+from advisor.sources import innermost_user_frame, is_library_path, third_party
 
 
 def capture_graph(model: torch.nn.Module, inputs: Any) -> GraphCapture:
@@ -173,15 +173,17 @@ def _module(stack: dict | None) -> tuple[str, str]:
 
 
 def source_of(stack_trace: str) -> tuple[str, int, str]:
-    """The user's innermost frame in a node's stack trace (file, line, code)."""
-    return innermost_user_frame(stack_trace)
+    """The user's innermost frame in a node's stack trace (file, line, code), else the installed library's whose
+    model it is (a transformers or diffusers module): the rules' findings there are the library's, kept LOW."""
+    return innermost_user_frame(stack_trace, library_fallback=True)
 
 
 def _graph_break(reason: Any) -> GraphBreak:
     text = str(getattr(reason, "reason", reason)).strip()
     summary = text.splitlines()[0] if text else "graph break"
-    frames = [f for f in getattr(reason, "user_stack", []) or [] if not is_library_path(f.filename)]
-    if not frames:
+    stack = getattr(reason, "user_stack", []) or []
+    frames = [f for f in stack if not is_library_path(f.filename)] or [f for f in stack if third_party(f.filename)]
+    if not frames:  # the user's innermost frame, else the installed library's whose model breaks
         return GraphBreak(reason=summary)
     frame = frames[-1]
     return GraphBreak(reason=summary, file=frame.filename, line=frame.lineno or 0, code=(frame.line or "").strip())

@@ -39,6 +39,7 @@ from advisor.run.inference_calls import InferenceCalls
 from advisor.run.kinds import FORWARD, MARKER, OPTIMIZER, PROFILER_STEP, RANK
 from advisor.run.logged_steps import StepLog
 from advisor.run.profiled_steps import ProfiledSteps
+from advisor.run.recorded_calls import RecordedCall, kept
 from advisor.run.step_contents import StepContents
 from advisor.run.stopping import StopRequest
 from advisor.run.training_signs import TrainingSigns
@@ -46,23 +47,6 @@ from advisor.run.window_end import WindowEnd
 from advisor.sources import direct_user_caller
 
 ROUTED_BATCHES = 4  # real batches fed again to a copy of the model to count tokens per expert
-
-
-class RecordedCall:
-    """One real call of a module, as the script made it: its positional and keyword arguments, tensors detached and
-    copied (the script may change its own in place afterwards). Graph capture and routing replay exactly this."""
-
-    __slots__ = ("args", "kwargs")
-
-    def __init__(self, args: tuple, kwargs: dict):
-        self.args, self.kwargs = args, kwargs
-
-
-def kept(value: Any) -> Any:
-    """``value`` with every tensor in it detached and copied."""
-    from torch.utils._pytree import tree_map
-
-    return tree_map(lambda v: v.detach().clone() if hasattr(v, "detach") else v, value)
 
 
 def prepare(spec_path: str) -> None:
@@ -117,6 +101,7 @@ class StepWindow(ProfiledSteps, TrainingSigns, WindowEnd):
         self.in_backward = 0  # inside torch.autograd.backward: checkpointed layers run their forwards again
         self.optimizer_created = False
         self.contents = StepContents()
+        self.parametrizations: tuple[type, ...] = ()  # torch's parametrization modules, once torch is imported
         self.inference = InferenceCalls()  # the model's calls without grad between updates, from the warm-up's end
         self.first_rollout: dict | None = None  # ... before the first step (a rollout comes before any update)
         self.lead_module: int | None = None  # the model: the outermost module with the most parameters
@@ -150,7 +135,10 @@ class StepWindow(ProfiledSteps, TrainingSigns, WindowEnd):
     def install(self) -> None:
         import torch
         import torch._dynamo  # noqa: F401 - see below
+        from torch.nn.utils.parametrize import ParametrizationList
         from torch.optim.optimizer import register_optimizer_step_post_hook
+
+        self.parametrizations = (ParametrizationList,)
 
         # Dynamo first: torch.optim imports it at the first optimizer a script creates (and advisor's graph capture
         # at the window's end). A library that creates its optimizers inside its first steps (Pyro's, per
@@ -228,8 +216,8 @@ class StepWindow(ProfiledSteps, TrainingSigns, WindowEnd):
         return changed
 
     def _enter_forward(self, module, args):
-        if self.in_backward:
-            return
+        if self.in_backward or isinstance(module, self.parametrizations):
+            return  # a parametrized weight computed (weight_norm's, when any code reads the weight): no model call
         if self.depth == 0 and os.getpid() == self.owner:
             import torch
 
@@ -264,7 +252,7 @@ class StepWindow(ProfiledSteps, TrainingSigns, WindowEnd):
 
     def _leave_forward(self, module, args, *kwargs_and_output):
         """(module, args, kwargs, output) as a global hook with kwargs; (module, args, output) as an instance hook."""
-        if self.in_backward:
+        if self.in_backward or isinstance(module, self.parametrizations):
             return
         self.depth -= 1
         if self.depth != 0 or os.getpid() != self.owner:
@@ -384,6 +372,9 @@ class StepWindow(ProfiledSteps, TrainingSigns, WindowEnd):
             self.calls = None
         self.ddp.reset()
         self.count, self.last, self.kind = 0, None, None
+        if not self.contents.counting:  # forwards taken for steps had ended the warm-up's reading: read it again
+            self.contents.install(self._model_parameters)
+            self.contents.counting = True
         self.contents.restart()
         self.samples_ms.clear()
         self.data_wait_ms.clear()
