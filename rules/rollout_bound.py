@@ -1,10 +1,12 @@
-"""The loop spends its time between the model's updates: a rollout, generation or evaluation.
+"""The loop spends its time between the model's updates: a rollout or generation.
 
 What it detects:
     In ``advisor run``, steps (optimizer steps) whose time goes mostly to calling the model without
     grad between its updates — a reinforcement-learning rollout (the policy called once per
-    environment step), generation, an evaluation pass — at least ``min_share`` of the judged steps'
-    time from the first such call of a step to its last. The model itself is watched from the
+    environment step), generation — at least ``min_share`` of the judged steps' time from the first
+    such call of a step to its last. A step that switched the model to eval mode holds an evaluation
+    pass, which step-outliers names (a rollout run in eval mode, as Stable-Baselines3 runs its
+    policy's, is read as one too). The model itself is watched from the
     warm-up's end (two hooks on it, not on its modules): each step logs its calls without grad,
     their time, their batch and the span between the first and the last. A rollout whose calls each
     take a batch of at most ``small_batch`` (one environment's observation) is a storm of small
@@ -47,6 +49,8 @@ from advisor.evidence import Evidence
 from advisor.rulekit.rule import Clean, Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
 from advisor.stats import median
 
+BATCH_ADVICE = ("batch the rollout: step n environments together (gymnasium.vector.SyncVectorEnv / AsyncVectorEnv, "
+                "n_envs in Stable-Baselines3) and call the model once per step of all of them")
 DOCS = ["https://gymnasium.farama.org/api/vector/",
         "https://stable-baselines3.readthedocs.io/en/master/guide/vec_envs.html"]
 
@@ -69,7 +73,8 @@ DOCS = ["https://gymnasium.farama.org/api/vector/",
 def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     judged = ev.step_log.judged()
     total = sum(step.ms for step in judged)
-    rollouts = [step for step in judged if step.inference_forwards]
+    # a step that switched the model to eval mode holds an evaluation pass: step-outliers names it as one
+    rollouts = [step for step in judged if step.inference_forwards and not step.evaluation]
     if (not rollouts or not total) and (first := _first_rollout(ev, th, judged)) is not None:
         yield first
         return
@@ -109,9 +114,7 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
         locations=[Location.at(site[0], site[1], note=f"the model called without grad ({per_rollout:g} times a "
                                                         f"rollout{f', batch {batch}' if batch is not None else ''})")]
         if site else [],
-        fix=Fix(summary=("batch the rollout: step n environments together (gymnasium.vector.SyncVectorEnv / "
-                         "AsyncVectorEnv, n_envs in Stable-Baselines3) and call the model once per step of all of "
-                         "them" if small else
+        fix=Fix(summary=(BATCH_ADVICE if small else
                          "the loop's time is in its rollout (or generation, evaluation): shorten or batch it; the "
                          "updates cannot make the loop faster than it"), docs=DOCS),
     )
@@ -131,8 +134,8 @@ def _first_rollout(ev: Evidence, th: Thresholds, judged: list) -> Finding | None
     return Finding(
         severity=Severity.LOW,
         message=(f"before its first update the script ran the model {calls} times without grad (batch {batch}) over "
-                 f"{rollout_ms:.4g} ms, of which the model's own calls took {model_ms:.4g} ms: a rollout of one "
-                 "environment's observation a call"
+                 f"{rollout_ms:.4g} ms, of which the model's own calls took {model_ms:.4g} ms: a rollout of "
+                 f"{batch} observation(s) a call"
                  + (f", against a typical update step of {typical:.3g} ms" if typical else "")
                  + "; the judged steps held no other, so how the rollouts alternate with the updates was not seen "
                    "(--full runs the script to its end). Stepping several environments together would give every "
@@ -142,9 +145,7 @@ def _first_rollout(ev: Evidence, th: Thresholds, judged: list) -> Finding | None
                   "batch": batch, "before_first_update": True, "small_batches": True},
         locations=[Location.at(site[0], site[1], note=f"the model called without grad ({calls} times, batch {batch})")]
         if site else [],
-        fix=Fix(summary="batch the rollout: step n environments together (gymnasium.vector.SyncVectorEnv / "
-                        "AsyncVectorEnv, n_envs in Stable-Baselines3) and call the model once per step of all of them",
-                docs=DOCS),
+        fix=Fix(summary=BATCH_ADVICE, docs=DOCS),
     )
 
 

@@ -108,8 +108,10 @@ def _explained(step: LoggedStep, excess_ms: float, usual: dict[str, float]) -> f
 
 
 def _causes(step: LoggedStep, excess_ms: float, usual: dict[str, float]) -> list[str]:
+    # an evaluation pass calls the model without grad too: said as the evaluation it is, not as a rollout
     timed = sorted(((max(0.0, (getattr(step, quantity) or 0.0) - usual[quantity]), name)
-                    for quantity, name in TIMED_CAUSES), reverse=True)
+                    for quantity, name in TIMED_CAUSES if not (step.evaluation and quantity == "rollout_ms")),
+                   reverse=True)
     causes = [f"{name} ({extra:.3g} ms)" for extra, name in timed if excess_ms > 0 and extra >= EXPLAINS * excess_ms]
     if step.evaluation:
         causes.append("an evaluation pass")
