@@ -134,19 +134,19 @@ class StepWindow(ProfiledSteps, TrainingSigns, WindowEnd):
 
     def install(self) -> None:
         import torch
-        import torch._dynamo  # noqa: F401 - see below
         from torch.nn.utils.parametrize import ParametrizationList
         from torch.optim.optimizer import register_optimizer_step_post_hook
 
-        self.parametrizations = (ParametrizationList,)
-
-        # Dynamo first: torch.optim imports it at the first optimizer a script creates (and advisor's graph capture
-        # at the window's end). A library that creates its optimizers inside its first steps (Pyro's, per
-        # parameter) would import it in the warm-up step the collector traces allocations in: 80 s of tracing.
         from advisor.run.data_wait import watch_loaders
         from advisor.run.training_signs import watch_training_signs
         from advisor.workload.loader_site import watch_loader_sites
 
+        if not self.measure_only:
+            # Dynamo first: torch.optim imports it at the first optimizer a script creates (and advisor's graph
+            # capture at the window's end). A library that creates its optimizers inside its first steps (Pyro's,
+            # per parameter) would import it in the warm-up step the collector traces allocations in: 80 s of it.
+            import torch._dynamo  # noqa: F401
+        self.parametrizations = (ParametrizationList,)
         register_optimizer_step_post_hook(self._after_optimizer_step)
         watch_training_signs(self)
         self.contents.install(self._model_parameters)
