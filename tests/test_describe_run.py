@@ -59,3 +59,16 @@ def test_each_part_that_fails_is_named_with_its_facts_and_the_rest_goes_on(tmp_p
     assert ran == ["optimizer"]
     assert window.written["missing.json"] == {"parts": [{"part": "graph", "facts": "the model's graph (the graph rules)",
                                                          "message": "ZeroDivisionError: division by zero"}]}
+
+
+def test_a_call_is_kept_with_its_keyword_arguments_detached_and_copied():
+    """What the graph capture replays of a model called as model(**batch): the same names, the same values, none of
+    them the script's own tensors (it may change them in place after the call)."""
+    from advisor.run.recorded_calls import RecordedCall, kept
+
+    ids = torch.arange(6).reshape(2, 3)
+    weights = torch.ones(3, requires_grad=True) * 2
+    call = RecordedCall(kept((weights,)), kept({"input_ids": ids, "options": {"mask": ids > 2}, "labels": None}))
+    ids.add_(100)  # the script's own batch, changed after the call
+    assert torch.equal(call.kwargs["input_ids"], torch.arange(6).reshape(2, 3)) and call.kwargs["labels"] is None
+    assert call.kwargs["options"]["mask"].sum() == 3 and call.args[0].grad_fn is None

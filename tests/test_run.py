@@ -267,7 +267,10 @@ def test_a_reinforcement_learning_loop_is_split_between_its_updates_and_its_roll
     script = SCRIPTS / "rollout_loop.py"
     report = _run(script, tmp_path).report
     assert report.errors == [] and report.target.mode == "train" and report.target.model_class == "ActorCritic"
-    assert {f.slug for f in report.findings} == {"rollout-bound", "host-sync"}
+    # a full pass of the collector may land in a judged step (torch's heap, Dynamo's among it, is large): the
+    # step-time rules may then speak too; nothing else may
+    fired = {f.slug for f in report.findings}
+    assert {"rollout-bound", "host-sync"} <= fired <= {"rollout-bound", "host-sync", "step-outliers", "gc-pauses"}
     [rollout] = [f for f in report.findings if f.slug == "rollout-bound"]
     assert rollout.evidence["batch"] == 1 and rollout.evidence["calls_per_rollout"] == 256
     assert _lines(report, "rollout-bound") == {line_of(script, "POLICY LINE")}

@@ -78,6 +78,13 @@ class CollectorWatch:
             finally:
                 tracemalloc.stop()
 
+    def abandon_tracing(self) -> None:
+        """Stop tracing allocations now, before the step does what is not a step's own (an optimizer made, Dynamo
+        imported with it); a later warm-up step is traced instead, where the window still counts one."""
+        if self.tracing:
+            self.tracing = False
+            tracemalloc.stop()
+
     def restart(self) -> None:
         """The window counts its steps again (an evaluation pass came first): what the timed steps held goes."""
         self.per_step_ms, self.passes, self.collected = [], [0] * GENERATIONS, 0

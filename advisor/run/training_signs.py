@@ -74,6 +74,11 @@ def watch_training_signs(window: StepWindow) -> None:
 
     @functools.wraps(created)
     def optimizer_init(optimizer, *args, **kwargs):
+        if os.getpid() == owner:
+            # torch.optim imports Dynamo at the process's first optimizer: a library that creates its optimizers
+            # inside its first steps (Pyro's, per parameter) would run that import under the collector's tracing of
+            # allocations (80 s of a 36-step window). The tracing waits for a step the optimizer is made before.
+            window.collector.abandon_tracing()
         created(optimizer, *args, **kwargs)
         if os.getpid() == owner:
             window.optimizer_seen(OPTIMIZER_CREATED)

@@ -141,11 +141,6 @@ class StepWindow(ProfiledSteps, TrainingSigns, WindowEnd):
         from advisor.run.training_signs import watch_training_signs
         from advisor.workload.loader_site import watch_loader_sites
 
-        if not self.measure_only:
-            # Dynamo first: torch.optim imports it at the first optimizer a script creates (and advisor's graph
-            # capture at the window's end). A library that creates its optimizers inside its first steps (Pyro's,
-            # per parameter) would import it in the warm-up step the collector traces allocations in: 80 s of it.
-            import torch._dynamo  # noqa: F401
         self.parametrizations = (ParametrizationList,)
         register_optimizer_step_post_hook(self._after_optimizer_step)
         watch_training_signs(self)
@@ -360,8 +355,13 @@ class StepWindow(ProfiledSteps, TrainingSigns, WindowEnd):
         self.last = self.log.step_started()
 
     def _drop_forward_hooks(self) -> None:
+        from torch.nn.modules import module
+
         for hook in self.hooks:
             hook.remove()
+            # a global hook's handle forgets its with_kwargs mark: left behind, Dynamo warns of global hooks at
+            # every later capture (the graph capture at the window's end among them)
+            getattr(module, "_global_forward_hooks_with_kwargs", {}).pop(hook.id, None)
         self.hooks = []
         self.depth = 0
 
