@@ -4,9 +4,9 @@ What it detects:
     In ``advisor run``, steps (optimizer steps) whose time goes mostly to calling the model without
     grad between its updates — a reinforcement-learning rollout (the policy called once per
     environment step), generation — at least ``min_share`` of the judged steps' time from the first
-    such call of a step to its last. A step that switched the model to eval mode holds an evaluation
-    pass, which step-outliers names (a rollout run in eval mode, as Stable-Baselines3 runs its
-    policy's, is read as one too). The model itself is watched from the
+    such call of a step to its last. A step that switched the model to eval mode and read batches
+    from a loader holds an evaluation pass, which step-outliers names (a rollout run in eval mode,
+    as Stable-Baselines3 runs its policy's, reads no loader: it stays a rollout). The model itself is watched from the
     warm-up's end (two hooks on it, not on its modules): each step logs its calls without grad,
     their time, their batch and the span between the first and the last. A rollout whose calls each
     take a batch of at most ``small_batch`` (one environment's observation) is a storm of small
@@ -46,6 +46,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from advisor.evidence import Evidence
+from advisor.machine.step_log import evaluation_pass
 from advisor.rulekit.rule import Clean, Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
 from advisor.stats import median
 
@@ -73,8 +74,7 @@ DOCS = ["https://gymnasium.farama.org/api/vector/",
 def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     judged = ev.step_log.judged()
     total = sum(step.ms for step in judged)
-    # a step that switched the model to eval mode holds an evaluation pass: step-outliers names it as one
-    rollouts = [step for step in judged if step.inference_forwards and not step.evaluation]
+    rollouts = [step for step in judged if step.inference_forwards and not evaluation_pass(step)]
     if (not rollouts or not total) and (first := _first_rollout(ev, th, judged)) is not None:
         yield first
         return

@@ -107,14 +107,20 @@ def _explained(step: LoggedStep, excess_ms: float, usual: dict[str, float]) -> f
     return min(excess_ms, max(0.0, own - held_elsewhere))
 
 
+def evaluation_pass(step: LoggedStep) -> bool:
+    """The step switched the model to eval mode and read batches from a loader: its calls without grad are an
+    evaluation pass (a validation loop), not a rollout (a policy run in eval mode between environment steps)."""
+    return step.evaluation and step.data_wait_ms > 0
+
+
 def _causes(step: LoggedStep, excess_ms: float, usual: dict[str, float]) -> list[str]:
     # an evaluation pass calls the model without grad too: said as the evaluation it is, not as a rollout
     timed = sorted(((max(0.0, (getattr(step, quantity) or 0.0) - usual[quantity]), name)
-                    for quantity, name in TIMED_CAUSES if not (step.evaluation and quantity == "rollout_ms")),
+                    for quantity, name in TIMED_CAUSES if not (evaluation_pass(step) and quantity == "rollout_ms")),
                    reverse=True)
     causes = [f"{name} ({extra:.3g} ms)" for extra, name in timed if excess_ms > 0 and extra >= EXPLAINS * excess_ms]
-    if step.evaluation:
-        causes.append("an evaluation pass")
+    if step.evaluation and (evaluation_pass(step) or not step.inference_forwards):
+        causes.append("an evaluation pass")  # not a rollout run in eval mode (named above as one)
     if step.compiled_frames:
         causes.append(f"Dynamo compiled {step.compiled_frames} frame(s) (a recompilation)")
     return causes or ["unexplained: no collector pass, data wait, save, other process, rollout, evaluation or "

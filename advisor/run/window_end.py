@@ -11,6 +11,7 @@ import time
 from advisor.files import intercept, stop
 from advisor.files.intercept import suspended
 from advisor.run.failures import distributed
+from advisor.run.kinds import FORWARD
 from advisor.run.step_contents import step_reading
 
 
@@ -72,6 +73,9 @@ class WindowEnd:
                         self.write("describe_error.json", {"message": f"{type(failure).__name__}: {failure}"})
             extra = self.verification.summary() if self.verification is not None else {}
             self.write("window.json", {**measured, **extra})
+        lead = self.outermost.get(self.lead_module)
+        if self.full and not stopped and not self.measure_only and lead is not None and self.kind != FORWARD:
+            self.inference.watch(lead[0])  # --full: the steps after the window log the model's calls without grad too
         if stopped:
             stop.stop_now(0, at_boundary=True)
 
