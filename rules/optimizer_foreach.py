@@ -90,6 +90,7 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
         evidence={"optimizer": name, "param_tensors": target.optimizer_param_tensors,
                   "optimizer_profiled_ms_per_step": round(step_us / 1000, 4), "share_of_step": round(share, 4),
                   "foreach": options.get("foreach"), "suggested": better},
+        locations=[target.optimizer_call] if target.optimizer_call is not None else [],
         fix=Fix(summary=f"create the optimizer with {better}=True",
                 before=f"torch.optim.{name}(model.parameters(), lr=lr)",
                 after=f"torch.optim.{name}(model.parameters(), lr=lr, {better}=True)",

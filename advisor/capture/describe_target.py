@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+from typing import Any, Iterator
 
 import torch
 
@@ -22,9 +23,32 @@ def describe_target(target: Target) -> TargetInfo:
     if source.source == "loader":
         info.batch_summary = describe(source.pairs[0][1])
     if target.mode == "train" and target.get_optimizer is not None:
-        _, _, optimizer = target.fresh()
+        made: list = []
+        with optimizers_made(made):
+            _, _, optimizer = target.fresh()
         describe_optimizer(info, optimizer)
+        if made and made[-1] is not None:
+            from advisor.evidence import Location
+
+            info.optimizer_call = Location.at(*made[-1], note="where the optimizer is created")
     return info
+
+
+@contextlib.contextmanager
+def optimizers_made(sites: list) -> Iterator[None]:
+    """The user's line of each optimizer created inside (get_optimizer's constructor call), appended to ``sites``."""
+    from advisor.sources import user_frame
+
+    created = torch.optim.Optimizer.__init__
+
+    def init(optimizer, *args, **kwargs):
+        sites.append(user_frame(2))
+        created(optimizer, *args, **kwargs)
+    torch.optim.Optimizer.__init__ = init
+    try:
+        yield
+    finally:
+        torch.optim.Optimizer.__init__ = created
 
 
 def describe_model(info: TargetInfo, model: torch.nn.Module) -> None:

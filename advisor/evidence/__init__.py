@@ -103,6 +103,8 @@ class TargetInfo(Record):
     checkpointing_switch: str = Field(default="", description="the model's own activation-checkpointing switch, where "
                                                               "it has one (transformers', timm's), as a call")
     optimizer_param_tensors: int = Field(default=0, description="parameter tensors the optimizer updates")
+    optimizer_call: Location | None = Field(default=None, description="where the user's code creates the optimizer "
+                                                                      "(the user's line a library made it under)")
     step: StepReading | None = Field(default=None, description="what one step contained (advisor run)")
 
 

@@ -174,6 +174,8 @@ def describe_run(window: StepWindow) -> None:
     if window.optimizers:
         missing.attempt("optimizer", "the optimizer's settings",
                         lambda: describe_optimizer(info, next(iter(window.optimizers.values()))))
+        if (made := window.optimizer_sites.get(window.lead)) is not None:
+            info.optimizer_call = Location.at(*made, note="where the optimizer is created")
     if (ddp := window.ddp.describe()) is not None:
         window.write("ddp.json", ddp)
     window.write("target.json", json.loads(info.model_dump_json()))

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from advisor.files import intercept
 from advisor.run.kinds import BACKWARD, FORWARD
+from advisor.sources import user_frame
 
 if TYPE_CHECKING:
     from advisor.run.window import StepWindow
@@ -79,6 +80,7 @@ def watch_training_signs(window: StepWindow) -> None:
             # inside its first steps (Pyro's, per parameter) would run that import under the collector's tracing of
             # allocations (80 s of a 36-step window). The tracing waits for a step the optimizer is made before.
             window.collector.abandon_tracing()
+            window.optimizer_sites.setdefault(id(optimizer), user_frame(2))  # the user's line that made it
         created(optimizer, *args, **kwargs)
         if os.getpid() == owner:
             window.optimizer_seen(OPTIMIZER_CREATED)

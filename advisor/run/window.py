@@ -123,6 +123,7 @@ class StepWindow(ProfiledSteps, TrainingSigns, WindowEnd):
         #        parameters, whether that site's call ran with grad]
         self.outermost: dict[int, list] = {}
         self.optimizers: dict[int, Any] = {}
+        self.optimizer_sites: dict[int, tuple[str, int] | None] = {}  # id -> the user's line that created it
         self.loaders: dict[int, Any] = {}
         self.batches: dict[int, list[RecordedCall]] = {}  # each outermost module's first few calls (graph, routing)
         self.recording: RecordedCall | None = None  # the outermost call running now, when it is recorded
