@@ -52,8 +52,10 @@ FOREIGN_LIBRARY_MARKERS = ("/torch/", "\\torch\\", "<built-in", "<frozen",
 FRAME = re.compile(r'File "?(?P<file>[^",\n]+?)"?, line(?:no)? (?P<line>\d+)(?:,? in (?P<function>[^\s,]+))?')
 
 
+@functools.lru_cache(maxsize=8192)
 def is_library_path(path: str) -> bool:
-    """Whether a frame's file is not the user's: PyTorch, the standard library, advisor, site-packages."""
+    """Whether a frame's file is not the user's: PyTorch, the standard library, advisor, site-packages (asked per
+    frame of every traced object and annotated call: cached by path)."""
     if not path or path.startswith("<"):
         return True
     if not os.path.isabs(path) and not path.startswith(("/", "\\")):

@@ -301,9 +301,9 @@ def _call_kind(syncing: Syncing, call: SourceCall, on_cuda: bool) -> str | None:
 def _from_ops(syncing: Syncing, sites: dict) -> None:
     trace = syncing.trace
     for op in trace.step_ops():
-        kind = syncing.kind(op)
-        if kind is None or syncing.under_tagged(op, strict=True):
-            continue  # aten::_local_scalar_dense inside aten::item: count the item once
+        kind = syncing.kind(op)  # None inside a tagged operator: _local_scalar_dense inside item counts once
+        if kind is None:
+            continue
         site = _op_site(trace, op, sites)
         site.kinds.add(kind)
         site.apis.add(op.name)

@@ -122,10 +122,12 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
 def _loops(trace: Trace, foreach: set[str]) -> dict[tuple[str, int], LoopSite]:
     """The profiled steps' torch calls grouped by the user's loop around their line."""
     found: dict[tuple[str, int], LoopSite] = {}
+    loops: dict[tuple[str, int], int | None] = {}  # (file, line) -> its loop's line: a loop's line repeats per call
     for call in trace.calls:
         if (call.step is None and trace.steps) or not call.file or is_library_path(call.file):
             continue
-        loop = enclosing_loop(call.file, call.line)
+        place = (call.file, call.line)
+        loop = loops[place] if place in loops else loops.setdefault(place, enclosing_loop(*place))
         if loop is None or loop == call.line:
             continue  # in no loop, or the loop's own header (its iterable)
         site = found.setdefault((call.file, loop), LoopSite(call.file, loop))

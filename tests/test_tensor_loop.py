@@ -48,9 +48,9 @@ def test_a_line_is_placed_in_its_innermost_loop_or_comprehension(tmp_path):
 def test_the_fallback_foreach_operators_are_torch_2_13s():
     import torch
 
+    from advisor.capture.env import foreach_operators
     from advisor.opnames import FOREACH_OPERATORS_TORCH_2_13
 
     if not torch.__version__.startswith("2.13."):
         pytest.skip(f"the fallback is torch 2.13's list; this is torch {torch.__version__}")
-    live = {name[len("_foreach_"):].rstrip("_") for name in dir(torch) if name.startswith("_foreach_")}
-    assert live == FOREACH_OPERATORS_TORCH_2_13
+    assert set(foreach_operators()) == FOREACH_OPERATORS_TORCH_2_13

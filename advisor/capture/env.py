@@ -46,7 +46,7 @@ def capture_environment(device: torch.device) -> Environment:
         anomaly_detection=torch.is_anomaly_enabled(),
         device_name=cpu_model,
         sync_operators=sync_operators(),
-        foreach_operators=sorted({name[len("_foreach_"):].rstrip("_") for name in dir(torch) if name.startswith("_foreach_")}),
+        foreach_operators=foreach_operators(),
     )
     env.dispatch_overhead_us = measure_dispatch_overhead(device)
     env.memory_bandwidth_gbs, env.matmul_gflops = measure_device_speed(device)
@@ -79,9 +79,14 @@ def sync_operators() -> dict[str, str]:
             overload = getattr(packet, schema.overload_name or "default", None) if packet is not None else None
             tags = getattr(overload, "tags", ())
         for tag in tags:
-            if tag in wanted:
-                found[schema.name] = "value" if "value" in (found.get(schema.name), wanted[tag]) else wanted[tag]
+            if tag in wanted and found.get(schema.name) != "value":  # a value read says more than a size
+                found[schema.name] = wanted[tag]
     return found
+
+
+def foreach_operators() -> list[str]:
+    """The operators this torch runs over a list of tensors at once (``torch._foreach_add_`` -> "add")."""
+    return sorted({name[len("_foreach_"):].rstrip("_") for name in dir(torch) if name.startswith("_foreach_")})
 
 
 def _cpu_capability() -> str:

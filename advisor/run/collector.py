@@ -102,14 +102,12 @@ def _survivor_sites() -> list[dict]:
     from advisor.sources import ADVISOR_DIR, is_library_path
 
     sites: Counter = Counter()
-    library: dict[str, bool] = {}  # by file: a step that imports modules makes hundreds of thousands of objects
     for found in gc.get_objects():
         traceback = tracemalloc.get_object_traceback(found)
         if traceback is None:  # made before tracing began
             continue
         frames = [(frame.filename, frame.lineno) for frame in reversed(traceback)]  # innermost first (it is oldest first)
-        user = next((frame for frame in frames if not (library[frame[0]] if frame[0] in library else
-                                                       library.setdefault(frame[0], is_library_path(frame[0])))), None)
+        user = next((frame for frame in frames if not is_library_path(frame[0])), None)
         if user is None and frames[0][0].startswith(ADVISOR_DIR):
             continue  # advisor's own objects
         sites[user or frames[0]] += 1
