@@ -27,7 +27,7 @@ def test_torch_versions_of_foreach_are_read_from_the_run_and_an_unknown_operator
     assert check_rule("tensor-loop", changed) == []  # mul has no foreach form in that torch: nothing to advise
 
 
-@pytest.mark.parametrize("sample", ["recurrent_cell", "kernel_storm", "per_tensor_adam", "closure_lstm"])
+@pytest.mark.parametrize("sample", ["recurrent_cell", "kernel_storm", "per_tensor_adam"])
 def test_loops_over_time_steps_and_optimizers_own_loops_are_not_it(sample):
     assert check_rule("tensor-loop", saved_evidence(sample)) == []
 
