@@ -97,20 +97,22 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
 
 def _growing_line(ev: Evidence) -> tuple[str, int, float] | None:
     """The user's line whose operators' time grew most from the first profiled step to the last (its backward
-    counted at its forward's line), with that growth per step in ms; None without two profiled steps or growth."""
+    counted at its forward's line), with that growth per step in ms; None without two profiled steps or growth.
+    A line is named only where its time rose from each profiled step to the next: over a few steps on a loaded
+    machine one difference can be another process's noise (a normalize's line once outgrew the growing bank's)."""
     trace = ev.trace
     if trace is None or len(trace.steps) < 2:
         return None
-    first, last = 0, len(trace.steps) - 1  # an op's step is its index in trace.steps
-    by_line: dict[tuple[str, int], float] = {}
+    count = len(trace.steps)  # an op's step is its index in trace.steps
+    by_line: dict[tuple[str, int], list[float]] = {}
     for op in trace.top_ops():
         ref = op.src or op.grad_of
-        if ref is None or op.step not in (first, last):
+        if ref is None or op.step is None:
             continue
-        sign = 1.0 if op.step == last else -1.0
-        by_line[(ref.file, ref.line)] = by_line.get((ref.file, ref.line), 0.0) + sign * op.dur
-    steps_apart = last - first
-    if not by_line:
+        by_line.setdefault((ref.file, ref.line), [0.0] * count)[op.step] += op.dur
+    rising = {place: times[-1] - times[0] for place, times in by_line.items()
+              if all(later > earlier for earlier, later in zip(times, times[1:]))}
+    if not rising:
         return None
-    (file, line), grown_us = max(by_line.items(), key=lambda item: item[1])
-    return (file, line, grown_us / steps_apart / 1000) if grown_us > 0 else None
+    (file, line), grown_us = max(rising.items(), key=lambda item: item[1])
+    return (file, line, grown_us / (count - 1) / 1000) if grown_us > 0 else None
