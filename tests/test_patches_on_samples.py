@@ -44,6 +44,6 @@ def test_every_samples_source_fixable_finding_is_patched_into_code_that_compiles
             ("conv_bias_bn", "channels-last"), ("oversubscribed_threads", "cpu-threads"),
             ("forgot_eval", "train-mode-inference"), ("empty_cache_step", "empty-cache"),
             ("gradcheck_left_in", "debug-apis"), ("non_contiguous", "non-contiguous"),
-            ("manual_attention", "manual-attention")} <= patched
+            ("manual_attention", "manual-attention"), ("momentum_encoder", "tensor-loop")} <= patched
     # a model the file takes from torch.nn (no forward of its own to put under autocast): no edit, and why
     assert "returns no instance of a class the file defines" in refused[("missing_amp", "missing-amp")]

@@ -54,3 +54,119 @@ def test_the_fallback_foreach_operators_are_torch_2_13s():
     if not torch.__version__.startswith("2.13."):
         pytest.skip(f"the fallback is torch 2.13's list; this is torch {torch.__version__}")
     assert set(foreach_operators()) == FOREACH_OPERATORS_TORCH_2_13
+
+
+LOOP_FORMS = {
+    "assigned data": "k.data = k.data * m + q.data * (1.0 - m)",
+    "terms and factors swapped": "k.data = (1 - m) * q.data + m * k.data",
+    "copied in": "k.data.copy_(k.data * m + q.data * (1 - m))",
+    "scaled and added in place": "k.mul_(m).add_(q, alpha=1 - m)",
+    "interpolated": "k.lerp_(q, 1 - m)",
+    "interpolated by keyword": "k.data.lerp_(q.data, weight=1 - m)",
+    "a manual SGD step": "k.data -= lr * q.data",
+    "added in place": "k.add_(q)",
+    "scaled": "k.mul_(m)",
+}
+
+
+@pytest.mark.parametrize("form", sorted(LOOP_FORMS))
+def test_each_update_loop_is_rewritten_as_foreach_calls_that_compute_the_same_tensors(tmp_path, form):
+    """The patched function run beside the original on real tensors of several shapes: the same results, the
+    loop gone."""
+    import torch
+
+    from advisor.rulekit.codemods import Source
+    from advisor.rulekit.foreach_edit import foreach_changes
+    from advisor.fix.edits import applied
+
+    path = tmp_path / "update.py"
+    path.write_text("import torch\n\n\n"
+                    "@torch.no_grad()\n"
+                    "def update(queries, keys, m, lr=0.1):\n"
+                    "    # the key encoder follows the query encoder\n"
+                    "    for q, k in zip(queries, keys):\n"
+                    f"        {LOOP_FORMS[form]}\n"
+                    "    return keys\n", encoding="utf-8")
+    source = Source.read(str(path))
+    patched = applied(source, foreach_changes(source, 7))
+    assert "\n    for q, k in" not in patched and "torch._foreach_" in patched
+    assert "    # the key encoder follows the query encoder\n    pairs = [" in patched  # its comment kept
+
+    def run(code: str) -> list:
+        namespace: dict = {}
+        exec(compile(code, str(path), "exec"), namespace)
+        generator = torch.Generator().manual_seed(0)
+        shapes = [(3, 4), (5,), (2, 2, 2)]
+        queries = [torch.randn(shape, generator=generator) for shape in shapes]
+        keys = [torch.nn.Parameter(torch.randn(shape, generator=generator)) for shape in shapes]
+        return namespace["update"](queries, keys, 0.9)
+    for before, after in zip(run(path.read_text()), run(patched)):
+        torch.testing.assert_close(after, before, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("body, why", [
+    ("k.data = k.data * q.data + q.data", "not one tensor times one value"),
+    ("k.mul_(q.norm())", "differs per tensor"),
+    ("k = k * m + q * (1 - m)", "assigns to a name"),
+    ("k.data.mul_(m)\n        k.data.add_(q.data)", "more than one update"),
+    ("k.data = k.data * m + q.data * (1 - m)\n    print(k)", "read after it"),
+    ("targets = 1\n        k.data.mul_(m)", "more than one update"),
+    ("k.clamp_(min=0)", "no foreach form"),
+])
+def test_a_loop_advisor_cannot_rewrite_with_certainty_is_left_with_the_reason(tmp_path, body, why):
+    from advisor.rulekit.codemods import NoEdit, Source
+    from advisor.rulekit.foreach_edit import foreach_changes
+
+    path = tmp_path / "update.py"
+    path.write_text("def update(queries, keys, m):\n"
+                    "    for q, k in zip(queries, keys):\n"
+                    f"        {body}\n", encoding="utf-8")
+    with pytest.raises(NoEdit, match=why):
+        foreach_changes(Source.read(str(path)), 2)
+
+
+def test_the_new_names_are_not_taken_from_the_function(tmp_path):
+    from advisor.rulekit.codemods import NoEdit, Source
+    from advisor.rulekit.foreach_edit import foreach_changes
+
+    path = tmp_path / "update.py"
+    path.write_text("def update(queries, keys, m):\n"
+                    "    pairs = 3\n"
+                    "    for q, k in zip(queries, keys):\n"
+                    "        k.mul_(m)\n"
+                    "    return pairs\n", encoding="utf-8")
+    with pytest.raises(NoEdit, match="already uses the name"):
+        foreach_changes(Source.read(str(path)), 3)
+
+
+def test_the_loop_is_measured_as_its_patch_where_the_entry_point_runs_a_patched_copy():
+    """advisor audit and advisor fix measure a patched copy; a script's run (or the Python API) says why not."""
+    from advisor.rulekit.engine import load_rules, run_rules
+    from advisor.verify.plan import plan_verification
+
+    rules = load_rules()
+    findings, _ = run_rules(rules, saved_evidence("momentum_encoder"))
+    loop = [f for f in findings if f.slug == "tensor-loop"]
+    assert rules.get("tensor-loop").patch_measured and not rules.get("kernel-storm").patch_measured
+    measured, _ = plan_verification(loop, rules, "cpu", patches=True)
+    assert measured == loop
+    measured, decided = plan_verification(loop, rules, "cpu")
+    assert measured == [] and "advisor fix writes and measures it" in decided.results[loop[0].id].note
+
+
+@pytest.mark.slow
+def test_the_audit_verifies_the_loops_patch_on_a_copy_of_the_source_and_leaves_the_users_file(tmp_path):
+    import shutil
+
+    from conftest import audit
+
+    shutil.copy(SAMPLES / "momentum_encoder.py", tmp_path)
+    before = (tmp_path / "momentum_encoder.py").read_text()
+    result = audit(tmp_path / "momentum_encoder.py", tmp_path / "reports", verify=True, pairs=6,
+                   disabled=("kernel-storm", "optimizer-foreach"))
+    [finding] = [f for f in result.report.findings if f.slug == "tensor-loop"]
+    v = finding.verification
+    assert v.source_patch and v.samples == 6 and v.speedup is not None, v
+    assert v.status not in ("fix-failed", "numerics-failed") and v.max_rel_error <= v.tolerance == 1e-5
+    assert (tmp_path / "momentum_encoder.py").read_text() == before
+    assert result.report.verification.combined in (None, v)  # a patch is not measured with the runtime fixes

@@ -36,12 +36,13 @@ def attach_verification(report: Report, measured: MeasuredFixes) -> None:
 
 
 def verify_findings(report: Report, rules: RuleConfig, errors: list[StageError],
-                    measure: Callable[[list[Finding]], MeasuredFixes | str]) -> None:
+                    measure: Callable[[list[Finding]], MeasuredFixes | str], patches: bool = False) -> None:
     """The one verification method: plan, decide what needs no run, measure the rest.
 
     ``measure`` runs the measurable fixes wherever the entry point runs the model (the supervised
     child, or this process for the Python API) and returns their results, or a sentence saying
-    why it did not finish.
+    why it did not finish. ``patches``: it also measures a fix that exists only as an edit of the source,
+    on a patched copy (``Rule.patch_measured``).
     """
     if not report.verification.enabled or not report.findings:
         return
@@ -49,7 +50,7 @@ def verify_findings(report: Report, rules: RuleConfig, errors: list[StageError],
     if blocker is not None:
         report.verification.note = blocker
         return
-    to_measure, decided = plan_verification(report.findings, rules.ruleset, report.target.device)
+    to_measure, decided = plan_verification(report.findings, rules.ruleset, report.target.device, patches)
     attach_verification(report, decided)
     if not to_measure:
         return

@@ -81,7 +81,8 @@ def run_audit(options: AuditOptions, progress: Callable[[str], None] = lambda te
         files.remember()
         refusal = files.refusal()
         verify_findings(report, rules, errors,
-                        lambda findings: refusal or _measure_in_child(findings, spec, options, progress, files))
+                        lambda findings: refusal or _measure_in_child(findings, spec, options, progress, files, rules),
+                        patches=True)
         report.files = files.record("the capture ran its stages to their end")
     finally:
         files.close()
@@ -89,15 +90,46 @@ def run_audit(options: AuditOptions, progress: Callable[[str], None] = lambda te
 
 
 def _measure_in_child(findings: list[Finding], spec: dict, options: AuditOptions, progress,
-                      files: FileSession) -> MeasuredFixes:
+                      files: FileSession, rules: RuleConfig) -> MeasuredFixes:
     """Each fix in a fresh supervised child (the user's code runs there, never here), then the verified
     ones together in another. One process per fix, as the step itself was timed in a fresh one: a
     process's memory allocator adapts to what ran before (manual_attention's baseline step: 7 ms fresh,
     4.2 ms after another fix had been measured), so fixes measured one after another in one process
-    would depend on their order."""
-    return measure_fixes(findings, lambda chosen, seconds: _child(spec, chosen, seconds, options, progress, files),
-                         None if options.pairs else options.budget, lambda chosen: MIN_CHILD_BUDGET_S,
-                         device=spec.get("device", ""), progress=progress)
+    would depend on their order. A fix that exists only as an edit of the source is measured as that edit: a
+    patched copy of the model's folder against the original (not with the others: it changes the file, they
+    the copy of the model)."""
+    def measure_set(chosen: list[Finding], seconds: float) -> Verification:
+        rule = rules.ruleset.get(chosen[0].slug)
+        if len(chosen) == 1 and rule is not None and rule.patch_measured:
+            return _patch_child(spec, chosen[0], rule, seconds, options, progress, files, rules)
+        return _child(spec, chosen, seconds, options, progress, files)
+    return measure_fixes(findings, measure_set, None if options.pairs else options.budget,
+                         lambda chosen: MIN_CHILD_BUDGET_S, device=spec.get("device", ""), progress=progress,
+                         joins=lambda outcome: outcome.memory is None and not outcome.source_patch)
+
+
+def _patch_child(spec: dict, finding: Finding, rule, budget_s: float, options: AuditOptions, progress,
+                 files: FileSession, rules: RuleConfig) -> Verification:
+    """The finding's edit of the source written into a scratch copy of the model's folder, measured against the
+    original in a verification child; where no edit can be made, the reason and the rule's advice."""
+    from advisor.fix.patch_plan import plan_patch
+    from advisor.fix.patched_copy import measure_patched_model, patch_tolerance, patched_copy
+
+    model_file = spec["model_file"]
+    plan = plan_patch([finding], rules.ruleset, entry=model_file, root=os.path.dirname(model_file))
+    edit = plan.edits.get(finding.id)
+    if edit is None or edit.status != "patched":
+        advice = rule.fix_spec.unmeasurable(finding, spec.get("device", "")) if rule.fix_spec is not None else None
+        why = edit.reason if edit is not None else "the rule made no edit"
+        return Verification(status="not-verifiable-here", device=spec.get("device", ""),
+                            note="; ".join(part for part in (f"no edit of the source to measure ({why})", advice)
+                                           if part))
+    timeout = options.timeout if options.pairs else max(options.timeout, budget_s + VERIFY_MARGIN_S)
+    patch_spec = {**spec, "tolerance": patch_tolerance(rule, finding), "budget_s": budget_s, "pairs": options.pairs,
+                  "through_loader": rule.patch_spec.through_loader}
+    patch_spec.pop("trace_path", None)
+    with patched_copy(plan, [finding.id], model_file) as patched:
+        return measure_patched_model(patch_spec, patched, finding.slug, timeout, files, progress)
 
 
 def _child(spec: dict, findings: list[Finding], budget_s: float, options: AuditOptions, progress,

@@ -15,26 +15,21 @@ reason: it may be the machine's); the rest is the patch (``reports/<stem>.patch`
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
-import time
 from dataclasses import dataclass, field
 from typing import Callable
 
 from advisor.commands.audit import VERIFY_MARGIN_S, AuditOptions, run_audit
 from advisor.files.session import FileSession
 from advisor.fix.patch_plan import PatchPlan, plan_patch
+from advisor.fix.patched_copy import measure_patched_model, patch_tolerance, patched_copy
 from advisor.report.schema import Report
 from advisor.rulekit.engine import RuleConfig
 from advisor.rulekit.rule import Finding, SourceEdit, Verification
-from advisor.sandbox.supervisor import run_capture
 from advisor.verify.orchestrate import contended_loss, measure_fixes
-from advisor.verify.stage import VERIFY_PATCH
 
 # what a measurement leaves in the patch: all but an edit that breaks numerics, fails to run or is measured slower
 # (on a machine that was quiet while it was measured)
 HELD = ("verified", "no-gain", "inconclusive", "not-verifiable-here", "skipped")
-SKIPPED_DIRS = {".git", "__pycache__", "reports", ".venv", "venv", "node_modules", ".mypy_cache", ".pytest_cache"}
 
 
 @dataclass(kw_only=True)
@@ -73,22 +68,10 @@ class ModelFile:
                 chosen: list[Finding], files: FileSession) -> Verification:
         options = self.options
         spec = {"model_file": self.entry, "mode": options.mode, "device": options.device,
-                "fetch_deadline_s": min(60.0, options.timeout / 2), "patched_model_file": patched,
-                "tolerance": tolerance, "budget_s": seconds, "pairs": options.pairs, "through_loader": through_loader}
+                "fetch_deadline_s": min(60.0, options.timeout / 2), "tolerance": tolerance, "budget_s": seconds,
+                "pairs": options.pairs, "through_loader": through_loader}
         timeout = options.timeout if options.pairs else max(options.timeout, seconds + VERIFY_MARGIN_S)
-        environment, arm = files.shadow_environment()
-        began = time.monotonic()
-        try:
-            outcome = run_capture(spec, timeout, VERIFY_PATCH, lambda text: self.progress(f"patch: {text}"),
-                                  environment=environment, scratch_in=arm)
-        finally:
-            files.finish_run(arm, f"patched source: {label}", time.monotonic() - began, None, "")
-        text = outcome.result("verify-patch")
-        if text is None:
-            failure = next(iter(outcome.errors), None)
-            # _why_dropped says "the patched source did not run: " before the note, as for a failure the child reports
-            return Verification(status="fix-failed", note=failure.message if failure else "no result and no error")
-        return Verification.model_validate_json(text)
+        return measure_patched_model(spec, patched, label, timeout, files, self.progress)
 
 
 def run_fix(options: FixOptions, progress: Callable[[str], None] = lambda text: None,
@@ -142,7 +125,7 @@ def _reaudit(plan: PatchPlan, findings: list[Finding], workload, device: str, op
         _hold_or_drop(plan.edits[finding.id], finding, results.get(finding.id))
     verified = {f.id for f in findings if results.get(f.id) and results[f.id].status == "verified"}
     if plan.patched:
-        with _patched_copy(plan, plan.patched, workload.entry) as patched:
+        with patched_copy(plan, plan.patched, workload.entry) as patched:
             progress("auditing the patched source")
             again = workload.audit(patched, os.path.join(os.path.dirname(patched), "reports"))
         remaining = {f.slug: f for f in again.findings}
@@ -190,59 +173,13 @@ def _measure(plan: PatchPlan, chosen: list[Finding], seconds: float, workload, d
     specs = [rules.ruleset.get(f.slug) for f in chosen]
     for finding, rule in zip(chosen, specs):
         reason = rule.fix_spec.unmeasurable(finding, device) if rule.fix_spec is not None else None
-        if reason is not None and len(chosen) == 1:
+        if reason is not None and len(chosen) == 1 and not rule.patch_measured:
             return Verification(status="not-verifiable-here", note=reason)  # as its audit said; cleared is checked
-    tolerance = max((r.fix_spec.tolerance_for(f) if r.fix_spec is not None else 1e-5) for f, r in zip(chosen, specs))
+    tolerance = max(patch_tolerance(rule, finding) for finding, rule in zip(chosen, specs))
     label = chosen[0].slug if len(chosen) == 1 else "the whole patch"
-    with _patched_copy(plan, [f.id for f in chosen], workload.entry) as patched:
+    with patched_copy(plan, [f.id for f in chosen], workload.entry) as patched:
         return workload.measure(patched, label, seconds, tolerance, any(r.patch_spec.through_loader for r in specs),
                                 chosen, files)
-
-
-class _patched_copy:
-    """A scratch copy of the model's folder (its Python files copied, everything else linked) with the
-    given findings' edits written into it; removed on exit. The user's files are only read."""
-
-    def __init__(self, plan: PatchPlan, finding_ids: list[str], model_file: str):
-        self.plan, self.finding_ids, self.model_file = plan, finding_ids, model_file
-
-    def __enter__(self) -> str:
-        folder = os.path.dirname(self.model_file)
-        self.scratch = tempfile.mkdtemp(prefix="advisor-fix-")
-        copy = os.path.join(self.scratch, os.path.basename(folder) or "model")
-        _mirror(folder, copy)
-        for path, text in self.plan.texts(self.finding_ids).items():
-            target = os.path.join(copy, os.path.relpath(path, folder))  # inside: plan_patch refuses the rest
-            if os.path.islink(target):
-                os.unlink(target)
-            with open(target, "w", encoding="utf-8") as handle:
-                handle.write(text)
-        return os.path.join(copy, os.path.basename(self.model_file))
-
-    def __exit__(self, *exc) -> None:
-        shutil.rmtree(self.scratch, ignore_errors=True)
-
-
-MAX_MIRRORED = 20_000  # entries: a model file in a home folder is not copied whole
-
-
-def _mirror(source: str, copy: str, count: list | None = None) -> None:
-    count = count if count is not None else [0]
-    os.makedirs(copy)
-    for entry in os.scandir(source):
-        count[0] += 1
-        if count[0] > MAX_MIRRORED:
-            raise ValueError(f"the model's folder {source} holds more than {MAX_MIRRORED} entries, too many to copy "
-                             "for the re-audit; move the model file into its project's folder")
-        if entry.name in SKIPPED_DIRS:
-            continue
-        target = os.path.join(copy, entry.name)
-        if entry.is_dir(follow_symlinks=False):
-            _mirror(entry.path, target, count)
-        elif entry.name.endswith(".py"):
-            shutil.copy2(entry.path, target)
-        else:
-            os.symlink(entry.path, target)  # data the model reads; the run's writes go to the experiment's shadow
 
 
 def _why_dropped(verification: Verification) -> str:

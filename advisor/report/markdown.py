@@ -169,7 +169,7 @@ def _verdict(v: Verification | None) -> str:
     if v.memory is not None:
         return f"{v.status} for memory: {_escape(v.memory.said())}"
     if v.speedup is not None:
-        return f"{v.status} {v.speedup:.2f}× [{v.ci_low:.2f}–{v.ci_high:.2f}]"
+        return f"{v.status} {v.speedup:.2f}× [{v.ci_low:.2f}–{v.ci_high:.2f}]" + (" (its source patch)" if v.source_patch else "")
     return v.status
 
 

@@ -115,5 +115,5 @@ def describe_verification(v: Verification) -> str:
         text = f"{v.status} {v.speedup:.2f}x [{v.ci_low:.2f}–{v.ci_high:.2f}], n={v.samples}"
         if v.compile_s is not None:
             text += f", compile {v.compile_s:.1f} s"
-        return text
+        return text + (", its source patch" if v.source_patch else "")
     return f"{v.status}: {v.note}"

@@ -101,6 +101,8 @@ class Verification(Record):
     conditions: MeasurementConditions | None = Field(default=None, description="the machine while the pairs ran")
     memory: PeakMemoryAB | None = Field(default=None, description="a memory fix's measurement: each side's peak, and "
                                                                    "what the fix costs the step's time (no speedup)")
+    source_patch: bool = Field(default=False, description="measured as the rule's edit of the source: the patched "
+                                                          "copy of the model file against the original")
 
     @property
     def rejected(self) -> bool:
@@ -212,6 +214,7 @@ class PatchSpec:
     safe: bool = True
     what: str = ""
     through_loader: bool = False  # the edit changes a DataLoader: measured over real batches, data + step
+    tolerance: float = 1e-5  # what the patched source may change, where the rule has no runtime fix to say it
 
 
 @dataclass
@@ -262,15 +265,24 @@ class Rule:
         return register(fn) if fn is not None else register
 
     def patch(self, fn: Callable[..., Any] | None = None, *, safe: bool = True, what: str = "",
-              through_loader: bool = False):
+              through_loader: bool = False, tolerance: float = 1e-5):
         """Register ``patch(source, finding) -> list[Change]``: the fix written into the user's source
         (``advisor fix``). Raise ``codemods.NoEdit`` where the place is not certain. ``safe=False`` for an
-        edit that changes results by design (made only with --unsafe-fixes)."""
+        edit that changes results by design (made only with --unsafe-fixes). A rule with no runtime fix (advice
+        only) is verified by its safe patch where the entry point can run a patched copy (``patch_measured``),
+        its results within ``tolerance``."""
         def register(function: Callable[..., Any]) -> Callable[..., Any]:
             self.patch_spec = PatchSpec(apply=function, safe=safe, what=what or (function.__doc__ or "").strip(),
-                                        through_loader=through_loader)
+                                        through_loader=through_loader, tolerance=tolerance)
             return function
         return register(fn) if fn is not None else register
+
+    @property
+    def patch_measured(self) -> bool:
+        """The rule's fix is measured as its source patch (a patched copy against the original): it has no runtime
+        fix, only advice, and a safe edit of the source."""
+        return (self.patch_spec is not None and self.patch_spec.safe
+                and (self.fix_spec is None or self.fix_spec.apply is None))
 
     def advice_only(self, reason: str | Callable[[Any], str]) -> Any:
         """Declare that findings are advised, never measured, and why (the same for each finding,

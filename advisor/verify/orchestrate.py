@@ -21,12 +21,15 @@ def contended_loss(verification: Verification) -> list[str]:
 
 def measure_fixes(findings: list[Finding], measure_set: Callable[[list[Finding], float], Verification],
                   budget_s: float | None, minimum_s: Callable[[list[Finding]], float] = lambda chosen: 0.0, device: str = "",
-                  progress: Callable[[str], None] = lambda text: None) -> MeasuredFixes:
+                  progress: Callable[[str], None] = lambda text: None,
+                  joins: Callable[[Verification], bool] = lambda outcome: outcome.memory is None) -> MeasuredFixes:
     """Each finding's fix alone (findings as planned: most impact first), then every verified fix for time together,
     wherever the entry point runs them (``measure_set(findings, seconds)``: a child per set, runs of a
     script, or copies in this process). Each gets an equal share of the budget left, with one share kept
     for all together; a fix is skipped when less than ``minimum_s([finding])`` is left (what its measurement needs
-    at the least). ``budget_s=None``: no time limit (the entry point measures a fixed number of pairs)."""
+    at the least). ``budget_s=None``: no time limit (the entry point measures a fixed number of pairs). ``joins``:
+    whether a verified fix can be measured with the others (a memory fix costs time; a fix measured as its source
+    patch cannot be applied to the copy the runtime fixes change)."""
     began = time.monotonic()
 
     def left() -> float:
@@ -43,7 +46,7 @@ def measure_fixes(findings: list[Finding], measure_set: Callable[[list[Finding],
         progress(f"{finding.slug}: measuring its fix against the baseline, alternately")
         outcome = measure_set([finding], max(left() / (len(findings) - index + together), minimum_s([finding])))
         measured.results[finding.id] = outcome
-        if outcome.status == "verified" and outcome.memory is None:  # a memory fix costs time: not in the together
+        if outcome.status == "verified" and joins(outcome):
             verified.append(finding)
     if skipped:  # what would have measured them: the time spent, plus one minimal measurement each
         wanted = (time.monotonic() - began) + sum(minimum_s([by_id[finding_id]]) for finding_id in skipped)

@@ -25,10 +25,12 @@ def expected_gain(finding: Finding) -> tuple[int, float]:
     return -rank, -(finding.impact or 0.0)
 
 
-def plan_verification(findings: list[Finding], ruleset: RuleSet, device: str) -> tuple[list[Finding], MeasuredFixes]:
+def plan_verification(findings: list[Finding], ruleset: RuleSet, device: str,
+                      patches: bool = False) -> tuple[list[Finding], MeasuredFixes]:
     """(findings to measure, in order of expected gain: by severity, then by the share of the step they
     explain, so a budget that runs out never skips a HIGH finding for a lesser one; results decided here
-    without running)."""
+    without running). ``patches``: the entry point measures a patched copy of the source, so a rule whose fix
+    exists only as its edit (``Rule.patch_measured``) is measured too."""
     decided = MeasuredFixes()
     to_measure = []
     for finding in sorted(findings, key=expected_gain):
@@ -36,7 +38,7 @@ def plan_verification(findings: list[Finding], ruleset: RuleSet, device: str) ->
         spec = rule.fix_spec if rule is not None else None
         reason = spec.unmeasurable(finding, device) if spec is not None else \
             "no automatic fix for this rule; apply the fix by hand"
-        if reason is None:
+        if reason is None or (patches and rule is not None and rule.patch_measured):
             to_measure.append(finding)
         else:
             decided.results[finding.id] = Verification(status="not-verifiable-here", device=device, note=reason)
