@@ -10,7 +10,10 @@ What it detects:
     warm-up's end (two hooks on it, not on its modules): each step logs its calls without grad,
     their time, their batch and the span between the first and the last. A rollout whose calls each
     take a batch of at most ``small_batch`` (one environment's observation) is a storm of small
-    calls the environment could batch.
+    calls the environment could batch. Where the time between the calls goes is read from the main
+    thread's stack, sampled during the rollouts outside the timed steps: each place is the line of
+    the loop that calls the model, with the function running there (an environment's ``step``, a
+    buffer's ``add``), named once ``min_samples`` samples were taken.
 
 Why it matters:
     The update is what the hardware is for; a rollout of batch-1 forwards keeps it idle: each call
@@ -43,11 +46,13 @@ Example:
 
 from __future__ import annotations
 
+import os
 from typing import Iterator
 
 from advisor.evidence import Evidence
 from advisor.machine.step_log import evaluation_pass
 from advisor.rulekit.rule import Clean, Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
+from advisor.sources import is_library_path, site_label
 from advisor.stats import median
 
 BATCH_ADVICE = ("batch the rollout: step n environments together (gymnasium.vector.SyncVectorEnv / AsyncVectorEnv, "
@@ -69,6 +74,9 @@ DOCS = ["https://gymnasium.farama.org/api/vector/",
         "high_share": Threshold(0.6, "the same share from which the finding is high"),
         "small_batch": Threshold(4, "a batch at or below which each call is one environment's (or a few)", "count"),
         "min_calls": Threshold(16, "calls without grad per rollout from which batching them is advised", "count"),
+        "min_samples": Threshold(20, "samples of the main thread between the model's calls before their places are "
+                                     "named", "count"),
+        "min_place_share": Threshold(0.05, "share of the sampled time between the calls a named place holds"),
     },
 )
 def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
@@ -104,8 +112,9 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
         message += (f". Each call carries {batch} observation(s): stepping several environments together would give "
                     "every forward a batch")
     site = ev.step_log.inference_call
+    places, where = _places(ev, th)
     yield Finding(
-        message=message,
+        message=message + where,
         impact=share,
         margin=margin,
         evidence={"rollout_share": round(share, 4), "rollout_ms": round(rollout_ms, 3), "model_calls_ms":
@@ -113,7 +122,7 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
                   "rollout_steps": len(rollouts), "judged_steps": len(judged), "small_batches": small},
         locations=[Location.at(site[0], site[1], note=f"the model called without grad ({per_rollout:g} times a "
                                                         f"rollout{f', batch {batch}' if batch is not None else ''})")]
-        if site else [],
+        + places if site else places,
         fix=Fix(summary=(BATCH_ADVICE if small else
                          "the loop's time is in its rollout (or generation, evaluation): shorten or batch it; the "
                          "updates cannot make the loop faster than it"), docs=DOCS),
@@ -131,6 +140,7 @@ def _first_rollout(ev: Evidence, th: Thresholds, judged: list) -> Finding | None
     rollout_ms, model_ms = first.get("rollout_ms", 0.0), first.get("inference_ms", 0.0)
     typical = median([step.ms for step in judged]) if judged else None
     site = ev.step_log.inference_call
+    places, where = _places(ev, th)
     return Finding(
         severity=Severity.LOW,
         message=(f"before its first update the script ran the model {calls} times without grad (batch {batch}) over "
@@ -139,14 +149,32 @@ def _first_rollout(ev: Evidence, th: Thresholds, judged: list) -> Finding | None
                  + (f", against a typical update step of {typical:.3g} ms" if typical else "")
                  + "; the judged steps held no other, so how the rollouts alternate with the updates was not seen "
                    "(--full runs the script to its end). Stepping several environments together would give every "
-                   "forward a batch"),
+                   "forward a batch" + where),
         impact=None,
         evidence={"rollout_ms": round(rollout_ms, 3), "model_calls_ms": round(model_ms, 3), "calls_per_rollout": calls,
                   "batch": batch, "before_first_update": True, "small_batches": True},
         locations=[Location.at(site[0], site[1], note=f"the model called without grad ({calls} times, batch {batch})")]
-        if site else [],
+        + places if site else places,
         fix=Fix(summary=BATCH_ADVICE, docs=DOCS),
     )
+
+
+def _places(ev: Evidence, th: Thresholds) -> tuple[list[Location], str]:
+    """Where the time between the model's calls went (the main thread sampled then): the user's lines among them as
+    locations, and a clause naming each place that holds ``min_place_share`` (a library's line too: what it runs is
+    said), or nothing where too few samples were taken to say."""
+    named = [place for place in ev.step_log.rollout_places if place.share >= th.min_place_share][:3]
+    samples = ev.step_log.rollout_places[0].samples if ev.step_log.rollout_places else 0
+    if not named or samples < th.min_samples:
+        return [], ""
+    said = ", ".join(f"{place.share:.0%} at {site_label(place.file, place.line)}"
+                     + (f" (in {place.running})" if place.running and not place.running.startswith(
+                         os.path.basename(place.file) + ":") else "") for place in named)
+    locations = [Location.at(place.file, place.line, note=f"between the model's calls: {place.share:.0%} of the "
+                                                          f"sampled time" + (f", in {place.running}" if place.running
+                                                                             else ""))
+                 for place in named if not is_library_path(place.file)]
+    return locations, f". Between the calls ({samples} samples of the main thread): {said}"
 
 
 @check.advice_only

@@ -13,7 +13,7 @@ import torch
 
 from advisor.evidence import Evidence, TargetInfo, Timing
 from advisor.machine.collector_pauses import CollectorPauses
-from advisor.machine.step_log import LoggedStep, StepLog
+from advisor.machine.step_log import LoggedStep, RolloutPlace, StepLog
 from advisor.rulekit.engine import load_rules, run_rules
 from advisor.rulekit.rule import Severity
 from advisor.run.collector import CollectorWatch
@@ -252,3 +252,59 @@ def test_a_rollout_before_the_first_update_is_named_where_the_window_held_none()
     batched = log.model_copy(update={"first_rollout": {**first, "inference_batch": 16}})
     findings, run = _run(evidence.model_copy(update={"step_log": batched}), "rollout-bound")
     assert findings == [] and run.status == "silent"
+
+
+def _busy_environment_step() -> None:
+    """An environment's step in pure Python: 300 µs of the interpreter's own work."""
+    import time
+
+    began, spins = time.perf_counter(), 0
+    while time.perf_counter() - began < 0.0003:
+        spins += 1
+
+
+def test_the_time_between_the_models_calls_is_sampled_at_the_loops_lines_with_what_runs_there():
+    """A rollout whose environment is pure Python between batch-1 calls (which let go of the interpreter's lock
+    at every operator): the samples land in the environment, counted at the loop's line that steps it; the
+    model's own calls and the update after the last call are not the rest; the timer is gone after the step."""
+    import signal
+
+    model, calls = torch.nn.Linear(4, 2), InferenceCalls()
+    calls.watch(model)
+    observation = torch.randn(1, 4)
+    try:
+        for _ in range(300):
+            with torch.no_grad():
+                action = model(observation).argmax()
+            _busy_environment_step()  # THE ENVIRONMENT
+            observation = observation + action
+        model(observation).sum().backward()  # the update: after the last call
+        taken = calls.take()
+    finally:
+        calls.remove()
+    assert taken["inference_forwards"] == 300 and signal.getitimer(signal.ITIMER_PROF) == (0.0, 0.0)
+    assert signal.getsignal(signal.SIGPROF) == signal.SIG_DFL
+    top, *_ = calls.sampler.places()
+    assert (top["file"], top["line"]) == (__file__, line_of(Path(__file__), "# THE ENVIRONMENT"))
+    assert top["running"] == "test_step_log.py:_busy_environment_step" and top["share"] >= 0.5, calls.sampler.places()
+    assert top["samples"] >= 20
+
+
+def test_the_rollouts_rest_is_named_by_its_places_once_enough_samples_were_taken():
+    evidence = recorded_run("rollout_loop")
+    script = str(SAMPLES / "scripts" / "rollout_loop.py")
+    places = [{"file": script, "line": 70, "running": "rollout_loop.py:step", "seconds": 0.05, "share": 0.62,
+               "samples": 80},
+              {"file": "/venv/site-packages/on_policy.py", "line": 12, "running": "buffers.py:add", "seconds": 0.02,
+               "share": 0.3, "samples": 80},
+              {"file": script, "line": 64, "running": "", "seconds": 0.001, "share": 0.02, "samples": 80}]
+    log = evidence.step_log.model_copy(update={"rollout_places": [RolloutPlace(**place) for place in places]})
+    [finding], _ = _run(evidence.model_copy(update={"step_log": log}), "rollout-bound")
+    assert "Between the calls (80 samples of the main thread): 62% at rollout_loop.py:70 (in rollout_loop.py:step" \
+        not in finding.message  # the loop's own file: its function is not repeated
+    assert "62% at rollout_loop.py:70, 30% at on_policy.py:12 (in buffers.py:add)" in finding.message
+    assert [(loc.line, loc.note) for loc in finding.locations[1:]] == [
+        (70, "between the model's calls: 62% of the sampled time, in rollout_loop.py:step")]  # a library's: said only
+    few = log.model_copy(update={"rollout_places": [RolloutPlace(**{**place, "samples": 12}) for place in places]})
+    [finding], _ = _run(evidence.model_copy(update={"step_log": few}), "rollout-bound")
+    assert "Between the calls" not in finding.message and len(finding.locations) == 1

@@ -42,6 +42,19 @@ class LoggedStep(Record):
     inference_batch: int | None = Field(default=None, description="their median batch (the first input's size)")
 
 
+class RolloutPlace(Record):
+    """Where a rollout's time between the model's calls went, from the main thread's stack sampled then
+    (``run/rollout_sampler.py``): the line of the loop that calls the model, and what ran there."""
+
+    file: str
+    line: int
+    running: str = Field(default="", description="the innermost functions outside the standard library, torch and "
+                                                 "NumPy (``cartpole.py:step``)")
+    seconds: float = Field(description="sampled CPU time at this place, over the sampled steps")
+    share: float = Field(description="of the samples taken between the model's calls")
+    samples: int = Field(default=0, description="samples taken between the model's calls, at every place")
+
+
 class Outlier(Record):
     step: int
     ms: float
@@ -59,6 +72,8 @@ class StepLog(Record):
     first_rollout: dict | None = Field(default=None, description="the model's calls without grad before the first "
                                                                  "step (count, time, span, batch): a rollout that comes "
                                                                  "before any update")
+    rollout_places: list[RolloutPlace] = Field(default_factory=list, description="where the time between the model's "
+                                                                                 "calls went, most first")
 
     def judged(self) -> list[LoggedStep]:
         return [step for step in self.steps if step.phase in JUDGED_PHASES]

@@ -146,7 +146,8 @@ def _primary_evidence(run: ScriptRun, script: str, timeout: float) -> tuple[Evid
     logged = (run.read("steps.json") or {}).get("steps") or window.get("step_log")  # --full: to the script's end
     if logged:
         evidence.step_log = StepLog.model_validate({"steps": logged, "inference_call": window.get("inference_call"),
-                                                    "first_rollout": window.get("first_rollout")})
+                                                    "first_rollout": window.get("first_rollout"),
+                                                    "rollout_places": window.get("rollout_places") or []})
         if (split := _iteration_split(evidence.step_log)) is not None:
             notes.append(split)
     if window["data_wait_ms"] and any(window["data_wait_ms"]):

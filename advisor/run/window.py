@@ -353,6 +353,7 @@ class StepWindow(ProfiledSteps, TrainingSigns, WindowEnd):
             self.finish(stopped=not self.full)
         self.waiting, self.journal_spent = 0.0, getattr(intercept.LAYER, "spent", 0.0)
         self.collector.step_ended(timed=False)  # a pass in advisor's own work between steps is no step's
+        self.inference.sampler.allowed = not self.warmup <= self.count < timed_end  # the next step is not timed
         self.last = self.log.step_started()
 
     def _drop_forward_hooks(self) -> None:

@@ -51,7 +51,7 @@ class WindowEnd:
                 "warmup_steps": self.warmup, "optimizers": len(self.optimizers), "distributed": distributed(),
                 "evaluations": self.evaluations, "collector": self.collector.measured(), "step_log": self.log.steps,
                 "inference_call": list(self.inference.site) if self.inference.site else None,
-                "first_rollout": self.first_rollout,
+                "first_rollout": self.first_rollout, "rollout_places": self.inference.sampler.places(),
                 "conditions": self.machine.conditions.model_dump(mode="json") if self.machine.conditions else None}
 
     def finish(self, stopped: bool, ended_early: bool = False, interrupted: bool = False) -> None:
