@@ -11,6 +11,7 @@ import pytest
 
 from advisor.capture.stages import (
     MIN_PROFILE_STEPS,
+    ONE_STEP_MS,
     PROFILE_STEPS,
     PROFILED_MS,
     SHORT_STEP_MS,
@@ -101,7 +102,8 @@ def test_a_longer_step_is_profiled_over_fewer_steps():
     assert profiled_steps(SHORT_STEP_MS) == (PROFILE_STEPS, 0)  # 300 ms in five steps, its first-step cost lost
     assert profiled_steps(95.0) == (4, 0)  # an 8-layer GPT
     assert profiled_steps(PROFILED_MS / 2) == (MIN_PROFILE_STEPS, 0)
-    assert profiled_steps(340.0) == (MIN_PROFILE_STEPS, 0)  # a 32-layer GPT: never fewer than two
+    assert profiled_steps(340.0) == (MIN_PROFILE_STEPS, 0)  # a 32-layer GPT: two
+    assert profiled_steps(ONE_STEP_MS) == (1, 0)  # a step that holds twice what the trace needs: once
     counts = [profiled_steps(ms) for ms in (1.0, 10.0, 49.0, 50.0, 80.0, 120.0, 200.0, 1000.0)]
     assert counts == sorted(counts, reverse=True)  # never more for a longer step
 

@@ -109,6 +109,26 @@ def test_the_memory_stage_measures_a_live_step_by_kind_and_finds_what_it_keeps()
     assert memory.larger_batch is not None and memory.larger_batch.batch_size == 32 and memory.larger_batch.factor == 2
 
 
+@pytest.mark.slow
+def test_a_step_that_leaves_nothing_behind_is_measured_once():
+    """The second step only confirms a rise the first showed: a warm step that keeps nothing costs one step."""
+    from advisor.capture.memory import measure_memory
+    from advisor.workload.feed import Feed
+    from advisor.workload.step import make_step
+    from advisor.workload.target import Target
+
+    model = torch.nn.Linear(16, 16)
+    optimizer = torch.optim.Adam(model.parameters())
+    target = Target(path=__file__, module=None, model=model, inputs=None, mode="train", device=torch.device("cpu"),
+                    loss_fn=lambda output, x: output.pow(2).mean())
+    step = make_step(target, model, Feed(items=((torch.randn(32, 16), torch.randn(32, 16)),)), optimizer)
+    step()
+    step()
+    memory = measure_memory(target, step, step_ms=None)
+    assert memory.steps == 1 and len(memory.step_end_bytes) == 2 and memory.growth_bytes_per_step <= 0
+    assert memory.held == [] and memory.kinds["parameters"] == (16 * 16 + 16) * 4
+
+
 def _near_capacity(evidence):
     runs = []
     findings, _ = run_rules(RULES.ruleset, evidence, runs=runs)

@@ -40,7 +40,8 @@ from advisor.workload.step import make_step, synchronize
 from advisor.workload.target import Target, batch_size
 from advisor.workload.timing import timer_for
 
-STEPS = 2  # the first traced; memory summed before it and after each: two rises to say it grows every step
+STEPS = 2  # the first traced; memory summed before it and after each: two rises to say it grows every step (the
+# second step runs only where the first rose)
 LARGER_BATCH_FACTOR, LARGER_BATCH_STEPS, LARGER_BATCH_WARMUP = 2, 3, 1
 LARGER_BATCH_MOST_S = 0.5  # the larger batch is measured only where its steps fit in this
 HELD_SITES = 5
@@ -99,6 +100,8 @@ def _accounted(step: Callable[[], Any], parts: tuple | None, device: torch.devic
             for pointer, (size, tensor) in after_first.items() if pointer in makers.made}
     del after_first
     for _ in range(steps - 1):
+        if ends[-1] <= ends[-2]:
+            break  # the last step left no more behind than it began with: no step-to-step growth to confirm
         step()
         synchronize(device)
         ends.append(_live_bytes(device, kept))
@@ -106,7 +109,7 @@ def _accounted(step: Callable[[], Any], parts: tuple | None, device: torch.devic
     if peak is not None:
         kinds["temporaries"] = max(0, peak - sum(kinds.values()))
     growth = (ends[-1] - ends[0]) / (len(ends) - 1)
-    return StepMemory(device=str(device), steps=steps, kinds={k: v for k, v in kinds.items() if v > 0},
+    return StepMemory(device=str(device), steps=len(ends) - 1, kinds={k: v for k, v in kinds.items() if v > 0},
                       peak_bytes=peak if peak is not None else sum(kinds.values()), reserved_bytes=reserved,
                       method=f"{PEAK_METHOD[device.type == 'cuda']}; tensors accounted by kind" if peak is not None
                       else "tensor accounting, the kinds summed (another profiler held the CPU allocator's events)",

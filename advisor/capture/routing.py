@@ -5,7 +5,9 @@ parameter shapes — the shape of a mixture of experts, and also of a plain stac
 Forward pre-hooks count the rows (all dimensions but the last) of each member's first tensor
 input. A stack of layers sees equal counts everywhere; a group is reported when its members
 received different counts, which is what a router does, or when a router layer was seen
-deciding for it (routers.py): then an expert never called counts as an idle expert.
+deciding for it (routers.py): then an expert never called counts as an idle expert. Where the
+first batch called every member of every group with the same rows and the model has no layer
+that could route, the groups are stacks and the other batches are not run.
 
 The step's feed is used: the data loader's real batches when the file has a loader (routing
 depends on the data), otherwise ``get_inputs()``, and the evidence says which.
@@ -71,8 +73,10 @@ def route(model: torch.nn.Module, batches: list[Any], source: str,
             handles.append(member.register_forward_pre_hook(
                 _counter(path, index, tokens, seen_this_forward, called_at, routed_before)))
     try:
+        forwards = 0
         with torch.no_grad(), watch:
             for batch in batches:
+                forwards += 1
                 for counts in seen_this_forward.values():
                     counts.clear()
                 forward(batch)
@@ -80,6 +84,9 @@ def route(model: torch.nn.Module, batches: list[Any], source: str,
                 for path, counts in seen_this_forward.items():
                     if len(set(counts.values())) > 1:
                         varied.add(path)  # equal counts, or members skipped whole (layer drop, a chosen head): no router
+                if not varied and not routers and not any(candidates.values()) and all(
+                        len(seen_this_forward[path]) == len(members) for path, members in groups.items()):
+                    break  # every member of every group took the same rows and nothing could route: stacks of layers
     finally:
         watch.remove()
         for handle in handles:
@@ -89,7 +96,7 @@ def route(model: torch.nn.Module, batches: list[Any], source: str,
         member = groups[path][0]
         file, line = called_at.get(path) or _defined_at(type(member))
         found.append(RoutingGroup(path=path, module_type=type(member).__qualname__, tokens=tokens[path],
-                                  forwards=len(batches), source=source, file=file, line=line,
+                                  forwards=forwards, source=source, file=file, line=line,
                                   router=routers.get(path, "")))
     return found
 

@@ -11,9 +11,10 @@ torch and NumPy (``cartpole.py:step``).
 
 Not a thread of advisor's reading the main thread's frame: torch's operators let go of the interpreter's lock and
 take it back at once, so such a thread hardly ever gets it (a rollout of 2,000 environment steps gave it 8 chances
-in 0.45 s) and lands where it happens to. The timer is not armed in the timed steps (its handler's cost stays out
-of what is timed), nor where the script has a SIGPROF handler of its own, nor outside the main thread; system
-calls it interrupts are restarted (``siginterrupt(False)``); a forked child does not inherit it.
+in 0.45 s) and lands where it happens to. The timer is not armed in the timed steps nor after the window (its
+handler's cost stays out of what is timed and judged), nor where the script has a SIGPROF handler of its own, nor
+outside the main thread; system calls it interrupts are restarted (``siginterrupt(False)``); a forked child does
+not inherit it.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ class RolloutSampler:
         self.owner = os.getpid()
         self.loop_code: Any = None  # the code of the function that calls the model (the rollout's loop)
         self.armed = False
-        self.allowed = True  # off in the timed steps
+        self.allowed = True  # off in the timed steps and after the window
         self.in_call = False  # a call of the model is under way: its time is the model's, not the rest's
         self.pending: list[tuple[float, tuple[str, int, str]]] = []  # this step's (time, place)
         self.counts: dict[tuple[str, int, str], int] = {}

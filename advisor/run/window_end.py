@@ -61,6 +61,7 @@ class WindowEnd:
         self.contents.end_counting()
         self._drop_forward_hooks()  # the window is over (and Dynamo, capturing the graph, warns about global hooks)
         self.inference.remove()  # before the model is copied: a copy would carry the hooks
+        self.inference.sampler.allowed = False  # --full's steps after the window are judged as run: no timer in them
         measured = {**self.measured(stopped, ended_early), "interrupted": interrupted}
         with suspended():
             if not self.measure_only:

@@ -5,7 +5,9 @@ A package registers its stages with ``@stage("name")`` in a module of its own (`
 ``verify.stage``, ``ready.probes``); a ``StagePlan`` names those modules and the stages to run, and the
 child imports the modules before it runs the plan, so the child knows no command. A stage takes the
 shared ``state`` (the spec, the loaded target) and returns its result as JSON text, ``None`` to be
-skipped (``state["skip_reason"]`` says why), or raises AuditError. The same loop serves the child
+skipped (``state["skip_reason"]`` says why), or raises AuditError. A stage whose last act was a step of the copy the
+next stage steps again sets ``state["heap_warm"]`` to its name: the heap it left is not handed back, so the next
+stage's step needs no step of its own to fault its pages in again. The same loop serves the child
 process (events go over its control pipe) and the in-process Python API (events are recorded directly).
 """
 
@@ -73,7 +75,9 @@ def run_stages(state: dict, stages: tuple[str, ...] | list[str], events: StageEv
             continue
         events.start(stage)
         outcome, payload = run_stage(state, stage, _throttled(lambda text, s=stage: events.progress(s, text)))
-        release_free_heap()  # what the stage freed goes back before the next one allocates (workload/heap.py)
+        if state.get("heap_warm") != stage:  # the stage's step left no heap the next stage's same step reuses
+            release_free_heap()  # what the stage freed goes back before the next one allocates (workload/heap.py)
+            state.pop("heap_warm", None)
         if outcome == "error":
             events.error(stage, payload)
             step_failed = step_failed or stage in RUNS_THE_STEP
