@@ -8,7 +8,8 @@ import copy
 import pytest
 import torch
 
-from advisor.run.describe_run import Missing, model_copy
+from advisor.run.describe_run import Missing
+from advisor.workload.model_copy import model_copy
 
 
 class Held:
@@ -72,3 +73,36 @@ def test_a_call_is_kept_with_its_keyword_arguments_detached_and_copied():
     ids.add_(100)  # the script's own batch, changed after the call
     assert torch.equal(call.kwargs["input_ids"], torch.arange(6).reshape(2, 3)) and call.kwargs["labels"] is None
     assert call.kwargs["options"]["mask"].sum() == 3 and call.args[0].grad_fn is None
+
+
+def test_a_weight_normed_model_is_copied_and_its_copy_computes_what_the_original_does():
+    """weight_norm keeps each layer's weight as autograd's result of two parameters: deepcopy refuses the model
+    from the start; the copy holds the weight detached, and its own hook computes it again from the copied
+    parameters, so outputs and gradients match the original's."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        model = torch.nn.utils.weight_norm(torch.nn.Linear(8, 4))
+    with pytest.raises(RuntimeError, match="graph leaves"):
+        copy.deepcopy(model)
+    twin = model_copy(model)
+    x = torch.randn(3, 8)
+    model(x).square().sum().backward()
+    twin(x).square().sum().backward()
+    assert twin.weight.grad_fn is not None  # computed again by the copy's own hook, from the copy's parameters
+    torch.testing.assert_close(twin.weight_v.grad, model.weight_v.grad)
+    assert twin.weight_v is not model.weight_v and model.weight.grad_fn is not None  # the original: untouched
+
+
+def test_a_keyword_only_weight_normed_sample_is_read_in_every_stage():
+    """samples/weight_norm_keywords.py, audited: called with the batch's keywords, copied for every stage; its class,
+    training step, graph and FLOPs (from the trace) are read, and its matmuls' precision judged."""
+    from devkit.saved_evidence import saved_evidence
+
+    evidence = saved_evidence("weight_norm_keywords")
+    assert (evidence.target.model_class, evidence.target.mode) == ("KeywordClassifier", "train")
+    assert evidence.timing.samples_ms and evidence.graph is not None and evidence.graph.nodes
+    matmuls = 2 * 32 * (64 * 256 * 256 * 2 + 256 * 4)  # the two body layers over 32x64 tokens, the head over 32
+    biases = 32 * 64 * 256 * 2 + 32 * 4  # addmm's added bias, in the forward
+    assert evidence.flops.method == "trace" and evidence.flops.total == 3 * matmuls + biases  # forward, backward

@@ -75,9 +75,9 @@ def test_each_update_loop_is_rewritten_as_foreach_calls_that_compute_the_same_te
     loop gone."""
     import torch
 
+    from advisor.fix.edits import applied
     from advisor.rulekit.codemods import Source
     from advisor.rulekit.foreach_edit import foreach_changes
-    from advisor.fix.edits import applied
 
     path = tmp_path / "update.py"
     path.write_text("import torch\n\n\n"

@@ -11,6 +11,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from advisor.sources import is_library_path
+from advisor.workload.model_copy import model_copy
 
 if TYPE_CHECKING:
     from advisor.run.window import StepWindow
@@ -79,35 +80,6 @@ def _owning(value: Any, table: str) -> Any:
                 if isinstance(owner, torch.nn.Module) and owner.__dict__.get(table) is holder:
                     return owner
     return None
-
-
-def model_copy(model: Any) -> Any:
-    """A deep copy of the script's model, for the stages that run it again (graph capture, routing). Tensors a real
-    library keeps on its objects outside the parameters and buffers (REINFORCE's ``policy.saved_log_probs``, a
-    distribution holding the last actions' log-probabilities, a cached hidden state) may be results of autograd,
-    which deepcopy refuses wherever they sit: the copy holds them detached. Raises what the copy raises otherwise."""
-    import copy
-
-    import torch
-
-    def detached(tensor: Any, memo: dict) -> Any:
-        if tensor.grad_fn is None:
-            return tensor.__deepcopy__(memo)
-        copied = memo[id(tensor)] = tensor.detach().clone()
-        return copied
-
-    # deepcopy looks a type up in its dispatch table before the type's own __deepcopy__: plain tensors (autograd's
-    # results are never Parameters) are copied detached for this one copy, wherever the model's objects hold them
-    table = copy._deepcopy_dispatch  # noqa: SLF001 - the one hook deepcopy offers for a type it does not own
-    previous = table.get(torch.Tensor)
-    table[torch.Tensor] = detached
-    try:
-        return copy.deepcopy(model)
-    finally:
-        if previous is None:
-            table.pop(torch.Tensor, None)
-        else:
-            table[torch.Tensor] = previous
 
 
 class Missing:

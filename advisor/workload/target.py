@@ -15,7 +15,6 @@ Runs inside the supervised child process: everything here executes user code.
 
 from __future__ import annotations
 
-import copy
 import importlib.util
 import itertools
 import os
@@ -31,6 +30,7 @@ from torch.utils._pytree import tree_flatten
 from advisor.errors import AuditError, StageError, from_exception
 from advisor.workload.feed import BATCHES_AHEAD, INPUTS_HOOK, Feed, FeedSource, default_inputs, describe, from_loader, on_device
 from advisor.workload.loader_site import watch_loader_sites
+from advisor.workload.model_copy import model_copy
 
 MODES = ("train", "inference")
 FETCH_DEADLINE_S = 60.0  # the loader's first batches must come within this (the spec may set less)
@@ -162,9 +162,10 @@ class Target:
         return from_loader(batches, to_inputs, hooked=hook is not None, fallback_inputs=self.inputs)
 
     def fresh(self) -> tuple[torch.nn.Module, Feed, Any]:
-        """A deep copy of the model and of the step's data on the audit device, plus an optimizer."""
+        """A deep copy of the model (``model_copy``: autograd's results it holds, detached) and of the step's data on
+        the audit device, plus an optimizer."""
         source = self.prepare_feed()
-        model = copy.deepcopy(self.model).to(self.device)
+        model = model_copy(self.model).to(self.device)
         for transform in self.model_transforms:
             transform(model)
         feed = on_device(source.pairs, self.device, to_channels_last if self.channels_last else (lambda v: v))
