@@ -101,6 +101,9 @@ def test_the_readiness_reports_and_exit_codes(tmp_path):
     assert [r["ruleId"] for r in sarif["runs"][0]["results"]] == ["determinism"]
     html = (tmp_path / "noisy_forward.html").read_text()
     assert 'id="check-determinism"' in html and 'id="latency-chart"' in html
+    roofs = saved["roofs"]  # where the roofs the precision advice rests on came from: said in each report
+    assert roofs["flops_per_s"]["float32"] > 0 and roofs["source"] in ("measured", "cached", "contended")
+    assert 'id="roofs"' in html and "Roofs: measured" in done.stdout
 
 
 def test_a_missing_file_and_a_bad_batch_list_are_clear_errors(tmp_path):

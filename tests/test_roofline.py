@@ -105,17 +105,55 @@ def test_the_report_carries_the_roofline_in_json_html_and_markdown():
     assert "Operators against this machine's roofline" in render_markdown(report)
 
 
-def test_the_roofs_are_measured_once_and_then_read_from_the_cache(tmp_path, monkeypatch):
-    from advisor.capture.calibrate import machine_peaks
+@pytest.mark.slow
+def test_quiet_roofs_are_cached_with_when_and_how_they_were_measured_and_read_back(tmp_path, monkeypatch):
+    """Measured with the machine watched: a quiet measurement is cached with its time and conditions, and the next
+    audit reads it; one the suite's own load made contended (measured again within the budget) is not cached."""
+    from advisor.capture.calibrate import cache_key, machine_peaks
 
     monkeypatch.setenv("ADVISOR_CACHE_DIR", str(tmp_path))
-    measured = machine_peaks(torch.device("cpu"), "test CPU")
-    assert measured.source == "measured" and measured.seconds > 0 and measured.threads == torch.get_num_threads()
+    cpu = torch.device("cpu")
+    measured = machine_peaks(cpu, "test CPU")
+    assert measured.seconds > 0 and measured.threads == torch.get_num_threads() and measured.measured_at
     assert measured.flops_per_s["float32"] > 1e8 and measured.bandwidth_bytes_per_s > 1e8
-    again = machine_peaks(torch.device("cpu"), "test CPU")
+    assert measured.conditions is not None and measured.machine == cache_key(cpu, "test CPU")
+    cache = tmp_path / "peaks.json"
+    if measured.contended:  # the machine was busy throughout: this audit's roofs only
+        assert measured.source == "contended" and not cache.exists() and "not cached" in measured.said()
+        return
+    assert measured.source == "measured" and list(json.loads(cache.read_text())) == [measured.machine]
+    again = machine_peaks(cpu, "test CPU")
     assert again.source == "cached" and again.flops_per_s == measured.flops_per_s
-    assert list(json.loads((tmp_path / "peaks.json").read_text())) == [
-        f"test CPU|torch {torch.__version__}|threads {torch.get_num_threads()}"]
+    assert again.measured_at == measured.measured_at and again.conditions == measured.conditions
+    assert "cached" in again.said() and "quiet" in again.said()
+
+
+@pytest.mark.slow
+def test_roofs_measured_beside_busy_processes_on_every_core_are_used_once_and_never_cached(tmp_path, monkeypatch):
+    import contextlib
+    import os
+
+    from advisor.capture.calibrate import machine_peaks
+    from devkit.contention import busy_loop
+
+    monkeypatch.setenv("ADVISOR_CACHE_DIR", str(tmp_path))
+    with contextlib.ExitStack() as stack:
+        for cpu in sorted(os.sched_getaffinity(0)):
+            stack.enter_context(busy_loop(cpu))
+        peaks = machine_peaks(torch.device("cpu"), "busy CPU")
+    assert peaks.source == "contended" and peaks.contended and "other processes used" in peaks.contended[0]
+    assert peaks.flops_per_s["float32"] > 0 and not (tmp_path / "peaks.json").exists()
+
+
+def test_the_roofs_key_holds_what_they_depend_on(monkeypatch):
+    """Another instruction set (an emulated one among them), torch or thread count is another machine's roofs."""
+    from advisor.capture.calibrate import cache_key
+
+    cpu = torch.device("cpu")
+    plain = cache_key(cpu, "A CPU")
+    assert plain.startswith(f"A CPU|{torch.backends.cpu.get_cpu_capability()}|torch {torch.__version__}|threads ")
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    assert cache_key(cpu, "A CPU") != plain and "oneDNN up to AVX2" in cache_key(cpu, "A CPU")
 
 
 def test_published_peaks_name_the_gpu_by_its_most_specific_key():
@@ -133,7 +171,7 @@ def test_an_audit_of_the_gpt_sample_carries_its_roofline_and_memory(tmp_path):
     for suffix in ("json", "html"):
         result.report.save(str(tmp_path / f"gpt_block.{suffix}"))
     saved = json.loads((tmp_path / "gpt_block.json").read_text())
-    assert saved["roofline"]["peaks"]["source"] in ("measured", "cached") and saved["roofline"]["operators"]
+    assert saved["roofline"]["peaks"]["source"] in ("measured", "cached", "contended") and saved["roofline"]["operators"]
     assert {"parameters", "gradients", "optimizer state", "activations"} <= set(saved["memory"]["kinds"])
     page = (tmp_path / "gpt_block.html").read_text()
     assert 'id="roofline"' in page and 'id="memory"' in page

@@ -39,6 +39,7 @@ def assemble_report(gathered: Gathered, rules: RuleConfig, verification: Verific
     report.quality = measurement_quality(evidence)
     mark_unreliable(report, rules.ruleset.slugs_of(Layer.HARDWARE))
     report.performance = summarize_performance(evidence)
+    report.roofs = evidence.peaks
     if evidence.trace is not None:
         report.trace = summarize_trace(evidence.trace)
         report.roofline = summarize_roofline(evidence)

@@ -4,9 +4,14 @@ the step runs on (``machine/peaks.py`` says what they are for).
 Square matmuls grow from 256 until one takes MATMUL_LONG_S (or 4096): small ones are launch- and cache-bound,
 the largest the machine's best. Each size is run once to warm, then repeated for REPEAT_S, its best run kept; a
 copy of COPY_BYTES (far beyond any cache) gives the bandwidth, read and write counted. On a GPU CUDA events time
-them. Where measuring fails on a known GPU, its datasheet's figures stand in (said so). The result is cached
-per device, torch version and thread count (``ADVISOR_CACHE_DIR``, else
-``~/.cache/advisor``): the next audit on this machine reads it in milliseconds.
+them. Where measuring fails on a known GPU, its datasheet's figures stand in (said so).
+
+Only a quiet measurement is this machine's: the machine is watched while the roofs are measured
+(``machine/conditions.py``), and a measurement beside other work is made again, within QUIET_BUDGET_S; one that
+stays contended is used for this audit alone, marked, and never cached. The cache (``ADVISOR_CACHE_DIR``, else
+``~/.cache/advisor``) keeps when and under what conditions each entry was measured, keyed by what the roofs hold
+for (``cache_key``: the device, the CPU's instruction set as torch and oneDNN use it or the GPU's driver, torch and
+the thread count): a change of any of them measures again; the next audit on the same reads it in milliseconds.
 """
 
 from __future__ import annotations
@@ -14,10 +19,12 @@ from __future__ import annotations
 import json
 import os
 import time
+from datetime import datetime, timezone
 from typing import Callable
 
 import torch
 
+from advisor.machine.conditions import Watch, judge
 from advisor.machine.peaks import MachinePeaks, published_peaks
 from advisor.workload.timing import timer_for
 
@@ -26,16 +33,37 @@ LARGEST_SIDE = 4096
 REPEAT_S = 0.05
 COPY_BYTES = 64 * 2**20
 CACHE_FILE = "peaks.json"
+QUIET_BUDGET_S = 3.0  # measuring again while contended stops once this is spent (a measurement takes about 1 s)
+
+
+def cache_key(device: torch.device, device_name: str) -> str:
+    """What the roofs hold for: the device, the instruction set torch's kernels and oneDNN's use (an emulated ISA,
+    ``ATEN_CPU_CAPABILITY`` or ``ONEDNN_MAX_CPU_ISA``, is another machine) or the GPU's driver, torch, threads."""
+    if device.type == "cuda":
+        platform = f"driver {_cuda_driver()}, CUDA {torch.version.cuda}"
+    else:
+        capability = torch.backends.cpu.get_cpu_capability()
+        limit = os.environ.get("ONEDNN_MAX_CPU_ISA", "")
+        platform = f"{capability}" + (f", oneDNN up to {limit}" if limit else "")
+    return f"{device_name}|{platform}|torch {torch.__version__}|threads {torch.get_num_threads()}"
+
+
+def _cuda_driver() -> str:
+    """The CUDA driver's version (12040 for 12.4), as the runtime reads it; "?" where it cannot."""
+    try:
+        return str(torch._C._cuda_getDriverVersion())  # noqa: SLF001 - the one reader torch has of it
+    except (AttributeError, RuntimeError):
+        return "?"
 
 
 def machine_peaks(device: torch.device, device_name: str) -> MachinePeaks:
-    """This machine's roofs for ``device``: cached when measured before with the same torch and threads."""
-    key = f"{device_name}|torch {torch.__version__}|threads {torch.get_num_threads()}"
+    """This machine's roofs for ``device``: cached when measured quiet before for the same (``cache_key``)."""
+    key = cache_key(device, device_name)
     cached = _read_cache().get(key)
     if cached is not None:
         return MachinePeaks.model_validate({**cached, "source": "cached", "seconds": 0.0})
     try:
-        peaks = _measured(device, device_name)
+        peaks = _measured_quiet(device, device_name, key)
     except (RuntimeError, torch.cuda.OutOfMemoryError) as failure:  # a device too full or too old for a dtype
         published = published_peaks(device_name) if device.type == "cuda" else None
         if published is None:
@@ -44,8 +72,26 @@ def machine_peaks(device: torch.device, device_name: str) -> MachinePeaks:
                             source="published", torch_version=torch.__version__, published_flops_per_s=published[0],
                             published_bandwidth_bytes_per_s=published[1],
                             note=f"measuring failed ({type(failure).__name__}: {failure}); the datasheet's peaks")
-    _write_cache(key, peaks)
+    if not peaks.contended:
+        _write_cache(key, peaks)
     return peaks
+
+
+def _measured_quiet(device: torch.device, device_name: str, key: str) -> MachinePeaks:
+    """Measured with the machine watched; again while other work ran beside it, until quiet or QUIET_BUDGET_S is
+    spent (the last measurement then, marked contended)."""
+    began = time.perf_counter()
+    while True:
+        with Watch(readable=True) as watch:
+            peaks = _measured(device, device_name)
+        reasons = judge(watch.conditions)
+        spent = time.perf_counter() - began
+        if not reasons or spent + peaks.seconds > QUIET_BUDGET_S:
+            break
+    return peaks.model_copy(update={
+        "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "machine": key,
+        "conditions": watch.conditions, "contended": reasons, "source": "contended" if reasons else "measured",
+        "seconds": round(spent, 3)})
 
 
 def _measured(device: torch.device, device_name: str) -> MachinePeaks:

@@ -9,6 +9,7 @@ reaches (clock boost, ideal shapes): the measured one is the roof an operator ca
 
 from __future__ import annotations
 
+from advisor.machine.state import MeasurementConditions
 from advisor.records import Field, Record
 
 # Dense (no sparsity) datasheet peaks: FLOP/s per dtype ("float32" without TF32) and memory bandwidth, bytes/s.
@@ -32,13 +33,33 @@ class MachinePeaks(Record):
     device: str = Field(description="the device measured: the CPU's or GPU's name")
     flops_per_s: dict[str, float] = Field(default_factory=dict, description="best matmul FLOP/s per dtype")
     bandwidth_bytes_per_s: float = Field(default=0.0, description="best memory bandwidth (a large copy)")
-    source: str = Field(default="measured", description="measured | cached (measured earlier) | published")
+    source: str = Field(default="measured", description="measured | cached (measured earlier) | published | "
+                                                        "contended (measured beside other work: this audit's only)")
     threads: int = Field(default=0, description="intra-op threads the CPU measurement ran with")
     torch_version: str = ""
     published_flops_per_s: dict[str, float] = Field(default_factory=dict, description="the datasheet's, for a GPU")
     published_bandwidth_bytes_per_s: float = 0.0
     seconds: float = Field(default=0.0, description="what measuring took (0 when cached)")
     note: str = Field(default="", description="why the datasheet's figures stand in, when they do")
+    measured_at: str = Field(default="", description="when the roofs were measured (UTC, ISO 8601)")
+    machine: str = Field(default="", description="what they hold for: the device, its instruction set or driver, "
+                                                 "torch and the thread count (the cache's key)")
+    conditions: MeasurementConditions | None = Field(default=None, description="the machine while they were measured")
+    contended: list[str] = Field(default_factory=list, description="why they may be below this machine's: other "
+                                                                   "work beside the measurement (never cached)")
+
+    def said(self) -> str:
+        """Where the roofs came from, in a sentence of the report's."""
+        when = f" on {self.measured_at[:16].replace('T', ' ')} UTC" if self.measured_at else ""
+        if self.source == "published":
+            return f"the datasheet's figures for {self.device} ({self.note})" if self.note else \
+                f"the datasheet's figures for {self.device}"
+        if self.source == "contended":
+            return (f"measured on this machine during this audit beside other work ({'; '.join(self.contended)}): "
+                    "perhaps below its roofs, used for this audit only and not cached")
+        quiet = " on a quiet machine" if self.conditions is not None and not self.contended else ""
+        return (f"measured{quiet}{when}" + (" and cached" if self.source == "cached" else "")
+                + (f" for {self.machine}" if self.machine else ""))
 
     def flops_for(self, dtype: str) -> float:
         """The matmul roof for an operator computing in ``dtype`` (float32's where that dtype was not measured)."""

@@ -16,7 +16,7 @@ from advisor.sandbox.registry import StagePlan, stage
 # Timed stages come before the one that compiles with Inductor: its compile workers keep cores busy for a
 # while after (measured: every eager call of a small MLP at 7 ms instead of 0.03 ms on 2 cores).
 READY = StagePlan(modules=("advisor.capture.stages", "advisor.ready.probes"), stages=(
-    "load", "env", "ready-cold", "ready-modes", "ready-determinism", "ready-latency", "ready-precision",
+    "load", "env", "peaks", "ready-cold", "ready-modes", "ready-determinism", "ready-latency", "ready-precision",
     "ready-export", "ready-compile", "ready-recompiles"))
 WARM_CALLS = 10
 

@@ -67,7 +67,7 @@ def _roofline(report: Report) -> list[str]:
     peaks = report.roofline.peaks
     roofs = ", ".join(f"{dtype} {peak / 1e9:.3g} GFLOP/s" for dtype, peak in peaks.flops_per_s.items())
     lines = ["<details><summary>Operators against this machine's roofline</summary>", "",
-             f"Roofs ({peaks.source}, {_escape(peaks.device)}): {roofs}; bandwidth {peaks.bandwidth_bytes_per_s / 1e9:.3g} GB/s.",
+             f"Roofs ({_escape(peaks.said())}; {_escape(peaks.device)}): {roofs}; bandwidth {peaks.bandwidth_bytes_per_s / 1e9:.3g} GB/s.",
              "", "| operator | where | ms / step | share | GFLOP/s | of its roof | bound |", "|---|---|---|---|---|---|---|"]
     for op in report.roofline.operators:
         where = f"`{short_path(op.file)}:{op.line}`" if op.file else "–"

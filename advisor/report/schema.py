@@ -131,6 +131,7 @@ class Report(Record):
     flops: FlopCount | None = None
     performance: Performance | None = None
     roofline: Roofline | None = Field(default=None, description="operators against the machine's measured roofs")
+    roofs: MachinePeaks | None = Field(default=None, description="the machine's roofs and where they came from")
     memory: StepMemory | None = Field(default=None, description="what the step holds in memory, by kind")
     findings: list[Finding] = Field(default_factory=list)
     errors: list[StageError] = Field(default_factory=list)

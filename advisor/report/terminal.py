@@ -91,6 +91,8 @@ _STATUS_COLOURS = {"pass": "green", "warn": "yellow", "fail": "red", "skipped": 
 
 def print_readiness(report: Report) -> None:
     readiness = report.readiness
+    if report.roofs is not None:
+        click.echo(f"Roofs: {report.roofs.said()}")
     for check in readiness.checks:
         tag = click.style(f"{check.status.upper():<7}", fg=_STATUS_COLOURS[check.status])
         click.echo(f"  {tag} {check.id}: {check.message}")
