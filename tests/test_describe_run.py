@@ -106,3 +106,28 @@ def test_a_keyword_only_weight_normed_sample_is_read_in_every_stage():
     matmuls = 2 * 32 * (64 * 256 * 256 * 2 + 256 * 4)  # the two body layers over 32x64 tokens, the head over 32
     biases = 32 * 64 * 256 * 2 + 32 * 4  # addmm's added bias, in the forward
     assert evidence.flops.method == "trace" and evidence.flops.total == 3 * matmuls + biases  # forward, backward
+
+
+def test_the_model_is_the_users_smallest_module_holding_the_optimizers_parameters_whatever_else_holds_its_parts():
+    """A GP's likelihood is held by its model and by the marginal likelihood that holds the model too: climbing from
+    the likelihood's parameter reaches both; the user's model, not the library's wrapper of the same parameters."""
+    from advisor.run.describe_run import owner_of
+
+    class Likelihood(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.noise = torch.nn.Parameter(torch.ones(1))
+
+    class GPModel(torch.nn.Module):
+        def __init__(self, likelihood):
+            super().__init__()
+            self.likelihood = likelihood  # registered first: its parameter is the optimizer's first
+            self.mean = torch.nn.Linear(2, 1)
+
+    likelihood = Likelihood()
+    marginal = torch.nn.ModuleList([likelihood])  # the library's wrapper: holds the likelihood first, then the model
+    model = GPModel(likelihood)
+    marginal.append(model)
+    assert list(model.parameters())[0] is likelihood.noise
+    assert owner_of(list(model.parameters())) is model
+    assert owner_of([model.mean.weight]) is model.mean and owner_of(list(marginal.parameters())) is model

@@ -34,41 +34,51 @@ def the_model(window: StepWindow) -> tuple[Any, list[str]]:
 def owner_of(parameters: list) -> Any:
     """The smallest module that holds every one of ``parameters`` (an optimizer's): the model a LightningModule, a
     GP or a policy is, where the script's step calls only its parts (``self.encoder(x)`` in a training_step) or
-    calls it outside nn.Module's hooks (gpytorch's own ``__call__``). Climbed from the module holding the first
-    parameter through its parents, found by what refers to them; None where no such module is found."""
+    calls it outside nn.Module's hooks (gpytorch's own ``__call__``). Climbed from the modules holding the first
+    parameter through every parent, found by what refers to them (a module may have several: a GP's likelihood is
+    its model's and the marginal likelihood's). Among the smallest that hold them all, the user's own class names
+    the model (ODEFunc, not the nn.Sequential inside it nor the solver's wrapper around it; ExactGPModel, not the
+    marginal likelihood holding it and its likelihood), else the outermost; None where no such module is found."""
     if not parameters:
         return None
     wanted = {id(p) for p in parameters}
-    module = _owning(parameters[0], "_parameters")
-    for _ in range(MAX_CLIMB):
-        if module is None or wanted <= {id(p) for p in module.parameters()}:
+    frontier = _owners(parameters[0], "_parameters")
+    seen: dict[int, tuple[Any, int, int]] = {}  # id -> (module, its parameters, the level it was reached at)
+    for level in range(MAX_CLIMB):
+        upward = []
+        for module in frontier:
+            if id(module) in seen:
+                continue
+            held = {id(p) for p in module.parameters()}
+            seen[id(module)] = (module, len(held), level)
+            parents = _owners(module, "_modules")
+            # not all of them yet: every parent; all: the parents that hold the same and no more (alike)
+            upward += parents if not wanted <= held else [
+                parent for parent in parents if {id(p) for p in parent.parameters()} == held]
+        if not upward:
             break
-        module = _owning(module, "_modules")
-    else:
+        frontier = upward
+    holders = [(module, size, level) for module, size, level in seen.values()
+               if wanted <= {id(p) for p in module.parameters()}]
+    if not holders:
         return None
-    if module is None:
-        return None
-    # the modules around it that hold the same parameters and no more: the user's own class among them names the
-    # model (ODEFunc, not the nn.Sequential inside it nor the solver's wrapper around it), else the outermost
-    alike, held = [module], {id(p) for p in module.parameters()}
-    for _ in range(MAX_CLIMB):
-        parent = _owning(alike[-1], "_modules")
-        if parent is None or {id(p) for p in parent.parameters()} != held:
-            break
-        alike.append(parent)
-    users = [m for m in alike if not is_library_path(getattr(sys.modules.get(type(m).__module__), "__file__", "") or "")]
-    return users[-1] if users else alike[-1]
+    smallest = min(size for _, size, _ in holders)
+    alike = [(module, level) for module, size, level in holders if size == smallest]
+    users = [(module, level) for module, level in alike
+             if not is_library_path(getattr(sys.modules.get(type(module).__module__), "__file__", "") or "")]
+    return max(users or alike, key=lambda entry: entry[1])[0]
 
 
 MAX_CLIMB = 16  # levels of modules between a parameter and the model that holds them all
 
 
-def _owning(value: Any, table: str) -> Any:
-    """The module whose ``table`` (its ``_parameters`` or ``_modules`` dict) holds ``value``."""
+def _owners(value: Any, table: str) -> list:
+    """The modules whose ``table`` (their ``_parameters`` or ``_modules`` dict) holds ``value``."""
     import gc
 
     import torch
 
+    found: list = []
     for holder in gc.get_referrers(value):
         if not isinstance(holder, dict):
             continue
@@ -76,10 +86,9 @@ def _owning(value: Any, table: str) -> Any:
             # the module itself (an instance dict Python manages inline), or its __dict__ that refers to the table
             owners = [referrer] if isinstance(referrer, torch.nn.Module) else \
                 gc.get_referrers(referrer) if isinstance(referrer, dict) and referrer.get(table) is holder else []
-            for owner in owners:
-                if isinstance(owner, torch.nn.Module) and owner.__dict__.get(table) is holder:
-                    return owner
-    return None
+            found += [owner for owner in owners if isinstance(owner, torch.nn.Module)
+                      and owner.__dict__.get(table) is holder and all(owner is not other for other in found)]
+    return found
 
 
 class Missing:
