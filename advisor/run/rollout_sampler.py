@@ -103,11 +103,12 @@ class RolloutSampler:
             if filename.startswith(ADVISOR_DIR):
                 return None  # advisor's own work between steps
             if frame.f_code is self.loop_code:
-                return filename, frame.f_lineno, running
+                # f_lineno is None while a frame is between lines (Lightning Fabric's PPO showed one): no place
+                return (filename, frame.f_lineno, running) if frame.f_lineno is not None else None
             if not named and not filename.startswith((STDLIB_DIR, TORCH_DIR)) and "<" not in filename \
                     and not any(base in filename for base in BASE_PACKAGES):
                 running, named = f"{os.path.basename(filename)}:{frame.f_code.co_name}", True
-            if user is None and not is_library_path(filename):
+            if user is None and frame.f_lineno is not None and not is_library_path(filename):
                 user = filename, frame.f_lineno
             frame = frame.f_back
         return (user[0], user[1], running) if user else None
