@@ -34,6 +34,7 @@ LAYOUT_COPY_OPS = frozenset({"aten::contiguous", "aten::clone", "aten::_reshape_
 # What the summary counts as copies and layout: those, conversions, and reshapes (which copy when they must)
 COPY_AND_LAYOUT_OPS = LAYOUT_COPY_OPS | {"aten::to", "aten::_to_copy", "aten::reshape"}
 COLLECTIVE_MARKERS = ("nccl", "rccl")  # ncclKernel_*, ncclDevKernel_*, and ROCm's RCCL
+WIDER_THAN_FLOAT32 = frozenset({"double", "c10::complex<double>"})  # the profiler's input type names
 LOW_PRECISION_TYPES = frozenset({"c10::BFloat16", "c10::Half", "BFloat16", "Half", "c10::Float8_e4m3fn",
                                  "c10::Float8_e5m2"})
 

@@ -111,10 +111,13 @@ def _write(path: Path, text: str) -> None:
 # ``# expect: slug[, slug]`` on a line: the rule fires and points at that line; ``# expect anywhere: slug``,
 # ``# expect on cuda: slug`` (when the evidence is replayed as a CUDA run), ``# expect under torchrun: slug``
 # (a script's torchrun job), ``# expect anywhere before torch 2.14: slug`` (what the installed PyTorch
-# decides: Dynamo 2.14 traces a torch.save that 2.13 breaks the graph on) and ``# expect nothing`` at the end
+# decides: Dynamo 2.14 traces a torch.save that 2.13 breaks the graph on), ``# expect where bf16 is emulated: slug``
+# (what the CPU decides: the rule fires, at that line, where the evidence's CPU has no native bf16, and is silent
+# where it has) and ``# expect nothing`` at the end
 # of the file. A new sample (or a new rule's positive and negative samples) is collected by the tests as it is
 # written: no list to keep by hand.
-_EXPECT = re.compile(r"#.*?\bexpect(?P<where> anywhere| on cuda| under torchrun)?(?: before torch (?P<before>\d+\.\d+))?:"
+_EXPECT = re.compile(r"#.*?\bexpect(?P<where> anywhere| on cuda| under torchrun| where bf16 is emulated)?"
+                     r"(?: before torch (?P<before>\d+\.\d+))?:"
                      r"\s*(?P<slugs>[a-z0-9-]+(?:,\s*[a-z0-9-]+)*)")
 
 
@@ -125,12 +128,19 @@ class Expected:
     on_cuda: set[str] = field(default_factory=set)
     under_torchrun: set[str] = field(default_factory=set)
     before_torch: dict[str, tuple[int, int]] = field(default_factory=dict)  # slug -> first release it is silent on
+    emulated_bf16: set[str] = field(default_factory=set)  # fire only where the CPU has no native bf16
     nothing: bool = False
 
     @property
     def fires(self) -> set[str]:
         """Every rule that fires on the sample's own (CPU) evidence, on some PyTorch release."""
         return set(self.lines) | self.anywhere
+
+    def fires_for(self, evidence) -> set[str]:
+        """The rules that fire on this evidence: its PyTorch release, and whether its CPU runs bf16 natively."""
+        native = evidence.env is not None and evidence.env.cpu_native_bf16
+        return {slug for slug in self.fires_with(evidence.env.torch_version if evidence.env else "")
+                if slug not in self.emulated_bf16 or not native}
 
     def fires_with(self, torch_version: str) -> set[str]:
         """The rules that fire on the sample's (CPU) evidence gathered with this PyTorch release."""
@@ -156,6 +166,8 @@ def expected(path: Path) -> Expected:
             elif where == "under torchrun":
                 found.under_torchrun.update(slugs)
             else:
+                if where == "where bf16 is emulated":
+                    found.emulated_bf16.update(slugs)
                 for slug in slugs:
                     found.lines.setdefault(slug, set()).add(number)
     return found

@@ -39,7 +39,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from advisor.evidence import Evidence
-from advisor.opnames import MATMUL_FLOP_OPS, MATMUL_OPS
+from advisor.opnames import MATMUL_FLOP_OPS, MATMUL_OPS, WIDER_THAN_FLOAT32
 from advisor.rulekit.codemods import NoEdit
 from advisor.rulekit.fixing import replace_target
 from advisor.rulekit.helpers import is_ampere_or_newer, low_precision, outermost
@@ -76,8 +76,13 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     if not matmuls:
         yield Clean(why="no matmul or convolution in the profiled steps")
         return
-    fp32 = [op for op in matmuls if not low_precision(op)]
-    reduced_share = 1 - len(fp32) / len(matmuls)
+    wide = [op for op in matmuls if op.input_types and op.input_types[0] in WIDER_THAN_FLOAT32]
+    if len(wide) > len(matmuls) / 2:  # float64: slower still than float32, which slow-precision says
+        yield Clean(why=f"the step's matmuls run in float64 ({len(wide)} of {len(matmuls)} in the profiled steps): "
+                        "slow-precision judges them against float32")
+        return
+    fp32 = [op for op in matmuls if not low_precision(op) and op not in wide]
+    reduced_share = 1 - (len(fp32) + len(wide)) / len(matmuls)
     if reduced_share > th.max_reduced_share:  # autocast, manual casts or a bf16 model run them in reduced precision
         yield Clean(why=f"the step's matmuls run in reduced precision already ({len(matmuls) - len(fp32)} of "
                         f"{len(matmuls)} in the profiled steps)")
@@ -130,6 +135,12 @@ def _device_advice(ev: Evidence, share: float) -> tuple[Severity, str]:
         if is_ampere_or_newer(ev.env):
             return Severity.HIGH, "bf16 autocast runs them on tensor cores"
         return Severity.HIGH, "fp16 autocast (with GradScaler when training) runs them on tensor cores"
+    roofs = ev.peaks.flops_per_s if ev.peaks is not None else {}
+    if roofs.get("bfloat16") and roofs.get("float32") and roofs["bfloat16"] < roofs["float32"]:
+        # the roofs measured here decide before the CPU's flags: bf16 slower than float32 is no gain on this device
+        return Severity.INFO, (f"bf16 runs at {roofs['bfloat16'] / 1e9:.3g} GFLOP/s on this CPU against float32's "
+                               f"{roofs['float32'] / 1e9:.3g} (measured), so autocast would be slower here; it "
+                               "applies on a GPU or a CPU with native bf16 (AVX512-BF16, AMX)")
     if ev.env is not None and ev.env.cpu_native_bf16:
         # Measured on one AVX512-BF16 CPU: 1.7x for a ResNet and an fp32 MLP stack, 0.88x for a
         # small GPT training step. CPU gains are real but not assured: say so, at low severity.

@@ -28,6 +28,26 @@ RUNS_DIR = ROOT / "tests" / "data" / "runs"
 
 
 def record(sample: str) -> None:
+    """A sample's audit, under the environment its ``# record with: VAR=value ...`` line names (the CPU a rule is
+    for, emulated: ``ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2`` records a CPU without native bf16)."""
+    import os
+    import re
+
+    text = (ROOT / "samples" / f"{sample}.py").read_text(encoding="utf-8")
+    wanted = dict(pair.split("=", 1) for line in re.findall(r"^# record with: (.+)$", text, re.M) for pair in line.split())
+    saved = {name: os.environ.get(name) for name in wanted}
+    os.environ.update(wanted)
+    try:
+        _record(sample)
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def _record(sample: str) -> None:
     with tempfile.TemporaryDirectory() as out:
         result = run_audit(AuditOptions(model_file=str(ROOT / "samples" / f"{sample}.py"), out_dir=out, verify=False))
         if result.report.errors:

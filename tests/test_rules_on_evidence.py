@@ -57,9 +57,11 @@ def test_each_sample_fires_exactly_its_rules_at_its_lines(sample):
     evidence = saved_evidence(sample)
     result = findings(evidence)
     expect = EXPECTED[sample]
-    assert {f.slug for f in result} == expect.fires_with(evidence.env.torch_version), [f.message for f in result]
+    assert {f.slug for f in result} == expect.fires_for(evidence), [f.message for f in result]
     path = SAMPLES / f"{sample}.py"
     for slug, lines in expect.lines.items():
+        if slug not in expect.fires_for(evidence):
+            continue  # expected on another CPU than the one the evidence was recorded on
         found = {loc.line for f in result if f.slug == slug for loc in f.locations if loc.file == str(path)}
         assert lines <= found, f"{sample}/{slug}: expected at lines {sorted(lines)}, found at {sorted(found)}"
 

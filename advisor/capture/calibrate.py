@@ -96,9 +96,7 @@ def _measured_quiet(device: torch.device, device_name: str, key: str) -> Machine
 
 def _measured(device: torch.device, device_name: str) -> MachinePeaks:
     began = time.perf_counter()
-    dtypes = ["float32", "bfloat16"]
-    if device.type == "cuda":
-        dtypes.append("float16")
+    dtypes = ["float32", "bfloat16", "float16", "float64"]  # what a step may compute in; slow-precision compares them
     previous = torch.backends.cuda.matmul.allow_tf32
     try:
         torch.backends.cuda.matmul.allow_tf32 = False  # float32 is float32, whatever the model file set

@@ -1,4 +1,4 @@
-"""Watched API calls: checkpoints, cache flushes, zero_grad and debugging tools in the user's code.
+"""Watched API calls: checkpoints, cache flushes, zero_grad, debugging tools and autocast regions in the user's code.
 
 Two sources, kept apart in the evidence:
 
@@ -46,6 +46,7 @@ def _watched() -> dict[Any, tuple[str, tuple[str, ...]]]:
         autograd_profiler.profile.__enter__: ("torch.autograd.profiler.profile", ()),
         autograd_profiler.emit_nvtx.__enter__: ("torch.autograd.profiler.emit_nvtx", ()),
         torch.cuda.memory._record_memory_history: ("torch.cuda.memory._record_memory_history", ()),
+        torch.amp.autocast_mode.autocast.__enter__: ("torch.autocast", ()),  # where the step's precision is chosen
     }
     unwrapped = {inspect.unwrap(function): entry for function, entry in table.items()}  # past _disable_dynamo
     return {function.__code__: entry for function, entry in unwrapped.items() if hasattr(function, "__code__")}
@@ -116,8 +117,10 @@ def watch_step_calls(target: Target, warm_step: Callable[[], Any] | None = None)
 
 
 # Calls recognised in the source text, by the last dotted names of the callee. Only calls whose
-# arguments alone say they are wrong belong here: a torch.save in a loop may well run once per epoch.
-_STATIC = {("zero_grad",): "zero_grad"}
+# arguments alone say they are wrong belong here (a torch.save in a loop may well run once per epoch), and the
+# calls that choose a dtype NumPy or the user's casts bring in (slow-precision names them where the step's
+# float64 arithmetic is slow): they run in get_model() or get_inputs(), outside the watched step.
+_STATIC = {("zero_grad",): "zero_grad", ("from_numpy",): "torch.from_numpy", ("double",): "double"}
 
 
 def static_sites(path: str) -> list[CallSite]:

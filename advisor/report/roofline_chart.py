@@ -10,7 +10,7 @@ from typing import Any
 
 WIDTH, HEIGHT = 760, 380
 LEFT, RIGHT, TOP, BOTTOM = 72, 24, 20, 48
-ROOF_COLOURS = {"float32": "#3f6fd8", "tf32": "#7b5cd6", "bfloat16": "#2e7d32", "float16": "#ef6c00"}
+ROOF_COLOURS = {"float32": "#3f6fd8", "tf32": "#7b5cd6", "bfloat16": "#2e7d32", "float16": "#ef6c00", "float64": "#8d6e63"}
 
 
 @dataclass

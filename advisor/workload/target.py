@@ -25,7 +25,7 @@ from types import ModuleType
 from typing import Any, Callable
 
 import torch
-from torch.utils._pytree import tree_flatten
+from torch.utils._pytree import tree_flatten, tree_map
 
 from advisor.errors import AuditError, StageError, from_exception
 from advisor.workload.feed import BATCHES_AHEAD, INPUTS_HOOK, Feed, FeedSource, default_inputs, describe, from_loader, on_device
@@ -114,6 +114,7 @@ class Target:
     compile_mode: str | None = None  # torch.compile mode ("default", "reduce-overhead", ...)
     compile_backend: Any = None  # a torch.compile backend, e.g. a graph rewrite
     channels_last: bool = False
+    float32_inputs: bool = False  # the feed's float64 tensors (inputs and batch) cast to float32
     loader_options: dict[str, Any] = field(default_factory=dict)  # DataLoader keyword overrides
     detect_anomaly: bool | None = None  # override torch.autograd anomaly mode in the step (None: as set)
     model_transforms: tuple[Callable[[torch.nn.Module], None], ...] = ()  # applied to each fresh copy
@@ -169,6 +170,8 @@ class Target:
         for transform in self.model_transforms:
             transform(model)
         feed = on_device(source.pairs, self.device, to_channels_last if self.channels_last else (lambda v: v))
+        if self.float32_inputs:
+            feed = Feed(items=tuple((tree_map(_float32, inputs), tree_map(_float32, batch)) for inputs, batch in feed.items))
         if self.channels_last:
             model = model.to(memory_format=torch.channels_last)
         optimizer = None
@@ -189,6 +192,10 @@ class Target:
         """The user's data loader, rebuilt with ``loader_options`` when a fix set any."""
         loader = call_user("data", self.path, "get_dataloader()", self.get_dataloader)
         return rebuild_loader(loader, **self.loader_options) if self.loader_options else loader
+
+
+def _float32(value: Any) -> Any:
+    return value.float() if isinstance(value, torch.Tensor) and value.dtype == torch.float64 else value
 
 
 def _within(seconds: float, fetch: Callable[[], Any]) -> Any:

@@ -1,0 +1,100 @@
+"""slow-precision: a step computing in a dtype this device's measured roofs put far below float32 (bf16 autocast on a
+CPU that emulates bf16, float64 from NumPy), at the line that chose it, with the fix measured; silent where the
+dtype runs natively. missing-amp asks the same roofs before advising bf16."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import SAMPLES, check_rule, line_of, verify_sample
+from devkit.saved_evidence import saved_evidence
+
+AVX2 = {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"}  # a CPU without native bf16, emulated
+
+
+def _with_roofs(evidence, **roofs):
+    peaks = evidence.peaks.model_copy(update={"flops_per_s": {**evidence.peaks.flops_per_s, **roofs}})
+    return evidence.model_copy(update={"peaks": peaks})
+
+
+def test_bf16_autocast_on_a_cpu_that_emulates_bf16_is_found_at_the_autocast_line():
+    """gpu_style_autocast's evidence, recorded with bf16 emulated (AVX2): most of the step in bf16 at a roof far
+    below float32's; the autocast call is the place, the fix is autocast off where bf16 is not native."""
+    evidence = saved_evidence("gpu_style_autocast")
+    assert not evidence.env.cpu_native_bf16
+    [finding] = check_rule("slow-precision", evidence)
+    path = SAMPLES / "gpu_style_autocast.py"
+    first = finding.locations[0]
+    assert (first.line, first.note) == (line_of(path, "with torch.autocast("), "autocast to bfloat16: the precision "
+                                                                               "chosen here")
+    assert finding.evidence["autocast"] and finding.evidence["roof_ratio"] >= 2
+    assert round(finding.impact, 4) == finding.evidence["recoverable_share"] >= 0.3  # HIGH from 0.3 (high_share)
+    assert "enabled=" in finding.fix.summary and "GFLOP/s against float32's" in finding.message
+
+
+def test_the_same_step_against_roofs_where_bf16_is_native_is_not_slow():
+    evidence = saved_evidence("gpu_style_autocast")
+    native = _with_roofs(evidence, bfloat16=2 * evidence.peaks.flops_per_s["float32"])
+    assert check_rule("slow-precision", native) == []
+    without = evidence.model_copy(update={"peaks": evidence.peaks.model_copy(update={"flops_per_s": {
+        "float32": evidence.peaks.flops_per_s["float32"]}})})
+    assert check_rule("slow-precision", without) == []  # bf16 never measured here (an older cache): not judged
+
+
+def test_float64_from_numpy_is_found_where_it_came_in_and_missing_amp_leaves_it_alone():
+    evidence = saved_evidence("numpy_float64")
+    [finding] = check_rule("slow-precision", evidence)
+    path = SAMPLES / "numpy_float64.py"
+    assert {loc.line for loc in finding.locations} == {line_of(path, "return model.double()"),
+                                                       line_of(path, "return torch.from_numpy(features)")}
+    assert finding.evidence["dtype"] == "float64" and finding.evidence["roof_ratio"] >= 1.5
+    assert "torch.from_numpy(array).float()" in finding.fix.summary
+    assert check_rule("missing-amp", evidence) == []  # its matmuls are not float32
+
+
+def test_missing_amp_says_bf16_applies_elsewhere_where_the_roofs_measured_it_slower_here():
+    evidence = saved_evidence("weight_norm_keywords")
+    assert check_rule("missing-amp", evidence)[0].severity.value == "low"  # native bf16 measured faster here
+    slow_bf16 = _with_roofs(evidence, bfloat16=evidence.peaks.flops_per_s["float32"] / 50)
+    [finding] = check_rule("missing-amp", slow_bf16)
+    assert finding.severity.value == "info" and "(measured), so autocast would be slower here" in finding.message
+
+
+@pytest.mark.slow
+def test_an_audit_on_a_cpu_that_emulates_bf16_finds_it_and_measures_autocast_off(tmp_path):
+    """The whole audit in a child with bf16 emulated: the finding, and its fix measured against the baseline with
+    the numerics compared (the speed is this machine's: reported, not asserted)."""
+    done = subprocess.run([sys.executable, "-m", "advisor", "audit", str(SAMPLES / "gpu_style_autocast.py"), "--out",
+                           str(tmp_path), "--format", "json", "--pairs", "6", "--quiet"],
+                          env={**os.environ, **AVX2}, capture_output=True, text=True, timeout=600)
+    assert done.returncode in (0, 1), done.stderr
+    report = json.loads((tmp_path / "gpu_style_autocast.json").read_text())
+    [finding] = [f for f in report["findings"] if f["slug"] == "slow-precision"]
+    verification = finding["verification"]
+    assert verification["samples"] == 6 and verification["status"] not in ("fix-failed", "numerics-failed")
+    assert verification["max_rel_error"] <= verification["tolerance"] == 0.05
+    assert report["roofs"]["flops_per_s"]["bfloat16"] * 2 < report["roofs"]["flops_per_s"]["float32"]
+
+
+@pytest.mark.slow
+def test_the_same_audit_where_the_cpu_runs_bf16_natively_finds_nothing(tmp_path):
+    from advisor.machine.procfs import cpu_model_and_flags
+    from conftest import audit
+
+    if not {"avx512_bf16", "amx_bf16"} & set(cpu_model_and_flags()[1]):
+        pytest.skip("this CPU has no native bf16 (AVX512-BF16 or AMX), and none can be emulated")
+    result = audit(SAMPLES / "gpu_style_autocast.py", tmp_path)
+    assert result.evidence.env.cpu_native_bf16 and not [f for f in result.report.findings if f.slug == "slow-precision"]
+
+
+@pytest.mark.slow
+def test_float64_as_float32_is_measured_with_the_results_within_float32s_rounding():
+    [finding] = check_rule("slow-precision", saved_evidence("numpy_float64"))
+    verdict = verify_sample("numpy_float64", finding, "slow-precision", pairs=6)
+    assert verdict.samples == 6 and verdict.status not in ("fix-failed", "numerics-failed"), verdict
+    assert verdict.max_rel_error <= verdict.tolerance == 1e-4
