@@ -108,10 +108,12 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     yield margin
     if recoverable < th.min_share:
         return
-    autocast = ev.target.autocast == dtype
-    chosen = (ev.call_sites("torch.autocast", runtime=True) if autocast else
+    regions = [site for site in ev.call_sites("torch.autocast", runtime=True)
+               if site.arguments.get("self.fast_dtype") == f"torch.{dtype}" and site.arguments.get("self._enabled")
+               != "False"]
+    autocast = ev.target.autocast == dtype or bool(regions)
+    chosen = (regions if autocast else
               ev.call_sites("torch.from_numpy", "double") if dtype == "float64" else [])
-    top = sorted(group, key=lambda rate: -rate.share_of_step)[:3]
     peaks = ev.peaks
     in_parameters = _mostly(ev.target.param_dtypes, dtype)
     cause = ("an autocast region" + (f" at {site_label(chosen[0].file, chosen[0].line)}" if chosen else "")
@@ -133,8 +135,8 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
                                                            else f"{CALLED.get(site.api, site.api)}: where {dtype} may "
                                                                 "come from"))
                    for site in chosen[:1 if autocast else 3]]
-        + [Location.at(rate.file, rate.line, note=f"{rate.op} in {dtype}: {rate.share_of_step:.0%} of the step")
-           for rate in top if rate.file],
+        + [Location.at(file, line, note=f"{', '.join(ops)} in {dtype}: {part:.0%} of the step")
+           for (file, line), (part, ops) in _by_line(group)[:3]],
         fix=Fix(summary=(f"autocast only where {dtype} is native: enabled=<the device runs {dtype} natively> (here: "
                          "off)" if autocast else
                          "float32: torch.from_numpy(array).float() where NumPy's arrays come in, the model without "
@@ -142,6 +144,17 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
                          f"compute in float32 on this device: the weights .float(), {dtype} inputs cast where made"),
                 docs=DOCS),
     )
+
+
+def _by_line(group: list) -> list:
+    """The operators' lines, most of the step first: (file, line) -> (share, its operators)."""
+    lines: dict[tuple[str, int], tuple[float, list[str]]] = {}
+    for rate in group:
+        if rate.file:
+            share, ops = lines.get((rate.file, rate.line), (0.0, []))
+            name = rate.op.removeprefix("aten::")
+            lines[(rate.file, rate.line)] = (share + rate.share_of_step, ops + ([name] if name not in ops else []))
+    return sorted(lines.items(), key=lambda item: -item[1][0])
 
 
 def _mostly(param_dtypes: dict[str, int], dtype: str) -> bool:

@@ -46,10 +46,17 @@ def _watched() -> dict[Any, tuple[str, tuple[str, ...]]]:
         autograd_profiler.profile.__enter__: ("torch.autograd.profiler.profile", ()),
         autograd_profiler.emit_nvtx.__enter__: ("torch.autograd.profiler.emit_nvtx", ()),
         torch.cuda.memory._record_memory_history: ("torch.cuda.memory._record_memory_history", ()),
-        torch.amp.autocast_mode.autocast.__enter__: ("torch.autocast", ()),  # where the step's precision is chosen
+        torch.amp.autocast_mode.autocast.__enter__: ("torch.autocast", ("self.fast_dtype", "self.device", "self._enabled")),
     }
     unwrapped = {inspect.unwrap(function): entry for function, entry in table.items()}  # past _disable_dynamo
     return {function.__code__: entry for function, entry in unwrapped.items() if hasattr(function, "__code__")}
+
+
+def _kept(local_names: dict, name: str) -> Any:
+    """A local of the call, or an attribute of one (``self.fast_dtype``: what an autocast region was made with)."""
+    owner, _, attribute = name.partition(".")
+    value = local_names.get(owner)
+    return getattr(value, attribute, None) if attribute else value
 
 
 class CallWatcher:
@@ -89,7 +96,8 @@ class CallWatcher:
             return  # torch or advisor calling its own API (the harness's zero_grad): not the user's
         key = (api, *where)
         self.counts[key] += 1
-        self.arguments[key] = {name: repr(frame.f_locals.get(name)) for name in keep if name in frame.f_locals}
+        self.arguments[key] = {name: repr(_kept(frame.f_locals, name)) for name in keep
+                               if name.partition(".")[0] in frame.f_locals}
         self.running[id(frame)] = (key, time.perf_counter())
 
     def sites(self, source_path: str, steps: int = 1) -> list[CallSite]:

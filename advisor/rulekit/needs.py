@@ -31,7 +31,7 @@ NEEDS: dict[str, tuple[Callable[[Any], bool], str | Callable[[Any], str]]] = {
     "memory": (lambda ev: ev.memory is not None and bool(ev.memory.step_end_bytes),
                "the step's memory was not measured by kind (advisor audit measures it)"),
     "peaks": (lambda ev: ev.peaks is not None and bool(ev.peaks.flops_per_s),
-              "the machine's roofs were not measured (advisor audit measures them once per machine)"),
+              "the machine's roofs were not measured"),
     "ranks": (lambda ev: len(ev.ranks) >= 2, "fewer than two ranks' traces"),
     "cuda": (lambda ev: ev.on_cuda, "the run was not on a CUDA device, where what it judges costs time"),
 }

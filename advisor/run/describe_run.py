@@ -164,7 +164,20 @@ def describe_run(window: StepWindow) -> None:
         missing.attempt("loader", "the data loader's settings", lambda: _describe_loader(window))
     missing.attempt("environment", "the environment (versions, threads, the device's flags)",
                     lambda: window.write("env.json", json.loads(capture_environment(device).model_dump_json())))
+    missing.attempt("roofs", "the machine's roofs (the roofline, below-roof, slow-precision)",
+                    lambda: _machine_roofs(window, device))
     missing.write()
+
+
+def _machine_roofs(window: StepWindow, device: Any) -> None:
+    """The roofs of the device the model ran on, as an audit has them: from the cache, or measured here once the
+    steps are timed (about a second, the first time on a machine), quiet or said to be contended."""
+    from advisor.capture.calibrate import machine_peaks
+    from advisor.capture.env import device_name
+    from advisor.files.intercept import suspended
+
+    with suspended():  # advisor's own cache, not the script's writes
+        window.write("peaks.json", json.loads(machine_peaks(device, device_name(device)).model_dump_json()))
 
 
 def _describe_loader(window: StepWindow) -> None:

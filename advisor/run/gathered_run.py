@@ -25,6 +25,7 @@ from advisor.evidence import (
 )
 from advisor.gathered import Gathered, ModelOutput, StageRecord
 from advisor.machine.collector_pauses import CollectorPauses
+from advisor.machine.peaks import MachinePeaks
 from advisor.machine.step_log import StepLog
 from advisor.run.kinds import BACKWARD, FORWARD, MARKER, OPTIMIZER, PROFILER_STEP
 from advisor.run.launch import ScriptRun
@@ -67,6 +68,8 @@ def _primary_evidence(run: ScriptRun, script: str, timeout: float) -> tuple[Evid
     if (described := run.read("target.json")) is not None:
         target = TargetInfo.model_validate(described)
     evidence = Evidence(target=target)
+    if (peaks := run.read("peaks.json")) is not None:
+        evidence.peaks = MachinePeaks.model_validate(peaks)
     if (env := run.read("env.json")) is not None:
         evidence.env = Environment.model_validate(env)
     window = run.read("window.json")
