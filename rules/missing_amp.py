@@ -42,7 +42,7 @@ from advisor.evidence import Evidence
 from advisor.opnames import MATMUL_FLOP_OPS, MATMUL_OPS, WIDER_THAN_FLOAT32
 from advisor.rulekit.codemods import NoEdit
 from advisor.rulekit.fixing import replace_target
-from advisor.rulekit.helpers import is_ampere_or_newer, low_precision, outermost
+from advisor.rulekit.helpers import is_ampere_or_newer, low_precision, measured_gain, outermost
 from advisor.rulekit.patching import forward_and_loss
 from advisor.rulekit.rule import Clean, Finding, Fix, Layer, Location, Margin, Severity, Threshold, Thresholds, rule
 
@@ -135,9 +135,10 @@ def _device_advice(ev: Evidence, share: float) -> tuple[Severity, str]:
         if is_ampere_or_newer(ev.env):
             return Severity.HIGH, "bf16 autocast runs them on tensor cores"
         return Severity.HIGH, "fp16 autocast (with GradScaler when training) runs them on tensor cores"
-    roofs = ev.peaks.flops_per_s if ev.peaks is not None else {}
-    if roofs.get("bfloat16") and roofs.get("float32") and roofs["bfloat16"] < roofs["float32"]:
+    gain = measured_gain(ev, "bfloat16")
+    if gain is not None and gain < 1:
         # the roofs measured here decide before the CPU's flags: bf16 slower than float32 is no gain on this device
+        roofs = ev.peaks.flops_per_s
         return Severity.INFO, (f"bf16 runs at {roofs['bfloat16'] / 1e9:.3g} GFLOP/s on this CPU against float32's "
                                f"{roofs['float32'] / 1e9:.3g} (measured), so autocast would be slower here; it "
                                "applies on a GPU or a CPU with native bf16 (AVX512-BF16, AMX)")

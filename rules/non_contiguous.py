@@ -48,19 +48,22 @@ from advisor.evidence import Evidence, GraphCapture, GraphNode
 from advisor.opnames import (
     CONV_2D_MODULES,
     CONV_2D_OPS,
+    CONV_OPS,
     GRAPH_MATMULS,
     KEEPS_TRANSPOSE,
     LAYOUT_COPY_OPS,
     LAYOUT_VIEWS,
+    MATMUL_OPS,
     NEEDS_CONTIGUOUS,
     USER_COPY_APIS,
 )
 from advisor.rulekit.codemods import NoEdit
 from advisor.rulekit.fixing import compiled_with, finish_graph, node_name
-from advisor.rulekit.helpers import is_broadcast, is_contiguous, outermost
+from advisor.rulekit.helpers import is_broadcast, is_contiguous, measured_gain, outermost
 from advisor.rulekit.rule import Clean, Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
 from advisor.sources import site_label
 from advisor.trace.parse import Op, Trace
+from advisor.trace.roofline import DTYPES
 
 if TYPE_CHECKING:
     import torch
@@ -96,7 +99,7 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     if trace is None or not trace.step_ops():
         yield Clean(why="no operators in the profiled steps" if trace is not None else "no trace")
         return
-    sites, copies = _copy_sites(trace)
+    sites, copies = _copy_sites(trace, _emulated(ev))
     copy_us = trace.median_per_step(copies)
     share = ev.share_of_step(copy_us)
     if share is None:
@@ -141,12 +144,21 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     )
 
 
-def _copy_sites(trace: Trace) -> tuple[dict[tuple[str, int], CopySite], list[Op]]:
+def _emulated(ev: Evidence) -> set[str]:
+    """The profiler's names of the reduced dtypes this device's roofs measured slower than float32 (emulated)."""
+    slow = {dtype for dtype in ("bfloat16", "float16") if (gain := measured_gain(ev, dtype)) is not None and gain < 1}
+    return {name for name, dtype in DTYPES.items() if dtype in slow}
+
+
+def _copy_sites(trace: Trace, emulated: set[str] = frozenset()) -> tuple[dict[tuple[str, int], CopySite], list[Op]]:
     sites: dict[tuple[str, int], CopySite] = {}
     copies = []
     for op in outermost(trace, LAYOUT_COPY_OPS):
         if not _copies_a_strided_input(trace, op):
             continue  # a copy of a contiguous tensor is not a layout problem
+        outer = trace.outermost(op)
+        if outer.name in MATMUL_OPS | CONV_OPS and outer.input_types and outer.input_types[0] in emulated:
+            continue  # the convolution library's reorders for a dtype this CPU emulates: slow-precision's, no layout
         source = op.grad_of if op.grad_of is not None else op.src
         if source is None and trace.source_annotated:
             continue  # inside a library kernel, called by no line of the user's: not a layout the user chose

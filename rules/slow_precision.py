@@ -62,7 +62,9 @@ from advisor.sources import site_label
 from advisor.trace.roofline import operator_rates
 
 SLOW_DTYPES = ("bfloat16", "float16", "float64")
-CALLED = {"double": ".double()", "torch.from_numpy": "torch.from_numpy()"}  # the watched calls, as written
+CASTS = {"float64": ("torch.from_numpy", "double"), "bfloat16": ("bfloat16",), "float16": ("half",)}  # in the source
+CALLED = {"double": ".double()", "torch.from_numpy": "torch.from_numpy()", "bfloat16": ".bfloat16()",
+          "half": ".half()"}  # the calls that bring the dtype in, as written
 DOCS = ["https://pytorch.org/docs/stable/amp.html#cpu-training-only",
         "https://pytorch.org/docs/stable/notes/numerical_accuracy.html"]
 
@@ -112,8 +114,7 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
                if site.arguments.get("self.fast_dtype") == f"torch.{dtype}" and site.arguments.get("self._enabled")
                != "False"]
     autocast = ev.target.autocast == dtype or bool(regions)
-    chosen = (regions if autocast else
-              ev.call_sites("torch.from_numpy", "double") if dtype == "float64" else [])
+    chosen = regions if autocast else ev.call_sites(*CASTS[dtype])
     peaks = ev.peaks
     in_parameters = _mostly(ev.target.param_dtypes, dtype)
     cause = ("an autocast region" + (f" at {site_label(chosen[0].file, chosen[0].line)}" if chosen else "")
@@ -179,23 +180,17 @@ def _no_autocast(target, finding):
 
 
 def _float32(target, finding):
-    """The model and the feed's float64 tensors in float32: the step as NumPy's arrays cast where they came in."""
+    """The model and the feed's floating tensors in float32: the step as its tensors cast where they came in."""
     from advisor.rulekit.fixing import replace_target
 
     return replace_target(target, float32_inputs=True,
                           model_transforms=(*target.model_transforms, lambda model: model.float()))
 
 
-def _unmeasured(finding) -> str | None:
-    if finding.evidence.get("autocast") or finding.evidence.get("dtype") == "float64":
-        return None
-    return ("the precision comes from the model's tensors, not an autocast region: cast them where they are made "
-            "(the model's weights and its inputs together)")
-
-
-@check.fix(tolerance=0.05, what="autocast off in the step, or float64 as float32", expected=_unmeasured,
-           tolerance_of=lambda finding: 0.05 if finding.evidence.get("autocast") else 1e-4)
+@check.fix(tolerance=0.05, what="autocast off in the step, or the weights and the feed in float32",
+           tolerance_of=lambda finding: 1e-4 if finding.evidence.get("dtype") == "float64" else 0.05)
 def fix(target, finding):
-    """Autocast made with enabled=False; float64 tensors and weights as float32."""
+    """Autocast made with enabled=False; otherwise the model's weights and the feed's tensors of the dtype in
+    float32 (float32's results are float64's to its rounding, a reduced precision's to that precision's)."""
     return _no_autocast(target, finding) if finding.evidence.get("autocast") else _float32(target, finding)
 

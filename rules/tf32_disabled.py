@@ -38,7 +38,7 @@ from typing import Iterator
 from advisor.evidence import Evidence
 from advisor.opnames import GRAPH_MATMULS
 from advisor.rulekit.fixing import setting, with_switches
-from advisor.rulekit.helpers import is_ampere_or_newer
+from advisor.rulekit.helpers import is_ampere_or_newer, measured_gain
 from advisor.rulekit.rule import Clean, Finding, Fix, Layer, Margin, Severity, Threshold, Thresholds, rule
 
 # CUDA-core fp32 GEMMs; tensor-op kernels say tf32 / s1688 / s16816 / tensorop instead.
@@ -60,11 +60,20 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
         yield Clean(why="TF32 needs an NVIDIA Ampere or newer GPU, and this run had none")
         return
     if ev.trace is not None and ev.trace.kernels:
-        yield from _from_kernels(ev, th)
+        found = _from_kernels(ev, th)
     elif env.tf32_matmul is False and env.float32_matmul_precision == "highest" and ev.target.autocast is None:
-        yield from _from_settings(ev)
+        found = _from_settings(ev)
     else:
         yield Clean(why="TF32 is allowed, or the step runs under autocast")
+        return
+    gain = measured_gain(ev, "tf32")
+    for item in found:
+        if isinstance(item, Finding) and gain is not None and gain < MIN_GAIN:
+            # the roofs measured on this GPU decide: TF32 that is no faster here is said, not offered as a gain
+            item = item.model_copy(update={"severity": Severity.INFO, "message": item.message + (
+                f"; but TF32 measured {gain:.2f}x float32's matmul rate on this GPU: no gain here, it applies on "
+                "GPUs whose tensor cores run it faster")})
+        yield item
 
 
 def _from_kernels(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
@@ -93,6 +102,9 @@ def _from_kernels(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
                   "device": ev.env.device_name},
         fix=_advice(),
     )
+
+
+MIN_GAIN = 1.2  # TF32's measured roof over float32's below which enabling it is no gain on this GPU
 
 
 def _gemm_kind(name: str) -> str:

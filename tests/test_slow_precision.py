@@ -115,3 +115,48 @@ def test_advisor_run_of_a_gpu_style_script_on_a_cpu_that_emulates_bf16_has_the_r
     [finding] = [f for f in report["findings"] if f["slug"] == "slow-precision"]
     assert finding["locations"][0]["line"] == line_of(script, "with torch.autocast(device")
     assert finding["verification"]["status"] not in ("fix-failed", "numerics-failed"), finding["verification"]
+
+
+def test_tf32_is_offered_as_a_gain_only_where_this_gpus_roofs_measured_one():
+    from advisor.machine.peaks import MachinePeaks
+    from advisor.rulekit.engine import load_rules, run_rules
+    from devkit.saved_evidence import as_cuda
+
+    on_gpu = as_cuda(saved_evidence("gpu_flags"))
+
+    def tf32(roof: float):
+        peaks = MachinePeaks(device="NVIDIA A100-SXM4-80GB", flops_per_s={"float32": 19e12, "tf32": roof})
+        findings, _ = run_rules(load_rules(), on_gpu.model_copy(update={"peaks": peaks}))
+        return next(f for f in findings if f.slug == "tf32-disabled")
+    assert tf32(150e12).severity.value == "medium"  # an A100's tensor cores: 8x
+    slow = tf32(19.5e12)  # measured no faster here (a clock-capped or shared GPU)
+    assert slow.severity.value == "info" and "no gain here" in slow.message
+
+
+def test_bf16_weights_on_an_emulating_cpu_are_found_at_the_cast_and_its_reorders_are_no_layout_finding():
+    """bf16_depthwise_cnn, recorded with bf16 emulated: slow-precision at the .bfloat16() casts; the reorders oneDNN
+    makes around the convolutions in a dtype it emulates are left out of non-contiguous's layout copies (the same
+    trace against native roofs counts them)."""
+    from advisor.rulekit.engine import load_rules, run_rules
+
+    evidence = saved_evidence("bf16_depthwise_cnn")
+    [finding] = check_rule("slow-precision", evidence)
+    path = SAMPLES / "bf16_depthwise_cnn.py"
+    assert [loc.line for loc in finding.locations[:2]] == [line_of(path, "return model.bfloat16()"),
+                                                            line_of(path, "return images.bfloat16()")]
+    assert not finding.evidence["autocast"] and "(the model's parameters)" in finding.message
+
+    def copies(ev) -> float:
+        runs = []
+        run_rules(load_rules(), ev, runs=runs)
+        return next(run for run in runs if run.slug == "non-contiguous").margin.value
+    native = _with_roofs(evidence, bfloat16=2 * evidence.peaks.flops_per_s["float32"])
+    assert copies(evidence) < copies(native)  # the emulated convolutions' reorders: not the user's layout
+
+
+@pytest.mark.slow
+def test_bf16_weights_as_float32_are_measured_with_the_results_within_bf16s_rounding():
+    [finding] = check_rule("slow-precision", saved_evidence("bf16_depthwise_cnn"))
+    verdict = verify_sample("bf16_depthwise_cnn", finding, "slow-precision", pairs=4)
+    assert verdict.samples == 4 and verdict.status not in ("fix-failed", "numerics-failed"), verdict
+    assert verdict.max_rel_error <= verdict.tolerance == 0.05

@@ -128,7 +128,8 @@ def watch_step_calls(target: Target, warm_step: Callable[[], Any] | None = None)
 # arguments alone say they are wrong belong here (a torch.save in a loop may well run once per epoch), and the
 # calls that choose a dtype NumPy or the user's casts bring in (slow-precision names them where the step's
 # float64 arithmetic is slow): they run in get_model() or get_inputs(), outside the watched step.
-_STATIC = {("zero_grad",): "zero_grad", ("from_numpy",): "torch.from_numpy", ("double",): "double"}
+_STATIC = {("zero_grad",): "zero_grad", ("from_numpy",): "torch.from_numpy", ("double",): "double",
+           ("bfloat16",): "bfloat16", ("half",): "half"}
 
 
 def static_sites(path: str) -> list[CallSite]:

@@ -46,6 +46,17 @@ def low_precision(op: Op) -> bool:
     return bool(op.input_types) and op.input_types[0] in LOW_PRECISION_TYPES
 
 
+def measured_gain(ev, dtype: str, over: str = "float32") -> float | None:
+    """How many times faster this device's measured matmul roof runs ``dtype`` than ``over`` (below 1: slower);
+    None where either was not measured (a datasheet stands in, or an older cache). Advice to change precision
+    asks it first: what would be slower on this device is not a gain here."""
+    peaks = getattr(ev, "peaks", None)
+    if peaks is None or peaks.source == "published":
+        return None
+    faster, base = peaks.flops_per_s.get(dtype), peaks.flops_per_s.get(over)
+    return faster / base if faster and base else None
+
+
 def is_ampere_or_newer(env) -> bool:
     """An NVIDIA GPU of compute capability 8.0 or newer: bf16 and TF32 tensor cores."""
     return (env is not None and env.gpu_capability is not None and tuple(env.gpu_capability) >= (8, 0)

@@ -46,7 +46,7 @@ def fixed_target(spec: dict) -> tuple[Target, Target]:
         raise NotVerifiable("fp16 autocast needs a GradScaler around the script's own backward and optimizer "
                             "step, which advisor run cannot inject; audit the model file to measure it")
     if candidate.float32_inputs:
-        raise NotVerifiable("the script makes its own float64 tensors, which advisor run cannot cast; make them "
+        raise NotVerifiable("the script makes its own tensors, which advisor run cannot cast to float32; make them "
                             "float32 where they come in (or audit a model file) to measure it")
     return baseline, candidate
 

@@ -114,7 +114,7 @@ class Target:
     compile_mode: str | None = None  # torch.compile mode ("default", "reduce-overhead", ...)
     compile_backend: Any = None  # a torch.compile backend, e.g. a graph rewrite
     channels_last: bool = False
-    float32_inputs: bool = False  # the feed's float64 tensors (inputs and batch) cast to float32
+    float32_inputs: bool = False  # the feed's floating tensors of other widths (inputs and batch) cast to float32
     loader_options: dict[str, Any] = field(default_factory=dict)  # DataLoader keyword overrides
     detect_anomaly: bool | None = None  # override torch.autograd anomaly mode in the step (None: as set)
     model_transforms: tuple[Callable[[torch.nn.Module], None], ...] = ()  # applied to each fresh copy
@@ -195,7 +195,10 @@ class Target:
 
 
 def _float32(value: Any) -> Any:
-    return value.float() if isinstance(value, torch.Tensor) and value.dtype == torch.float64 else value
+    return value.float() if isinstance(value, torch.Tensor) and value.dtype in OTHER_FLOATS else value
+
+
+OTHER_FLOATS = (torch.float64, torch.bfloat16, torch.float16)
 
 
 def _within(seconds: float, fetch: Callable[[], Any]) -> Any:
