@@ -37,7 +37,7 @@ from advisor.evidence import Evidence
 from advisor.opnames import CONV_2D_MODULES, CONV_WORK_OPS, REDUCED_DTYPES
 from advisor.rulekit.codemods import NoEdit
 from advisor.rulekit.fixing import replace_target
-from advisor.rulekit.helpers import outermost
+from advisor.rulekit.helpers import measured_gain, outermost
 from advisor.rulekit.rule import Clean, Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
 
 
@@ -79,11 +79,15 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
         return
     low_precision = ev.target.autocast is not None or any(k in REDUCED_DTYPES for k in ev.target.param_dtypes)
     layers = {n.module_path for n in nchw}
+    emulated = _emulated_precision(ev)
     yield Finding(
-        severity=Severity.MEDIUM if ev.on_cuda and low_precision else Severity.LOW,
+        severity=Severity.INFO if emulated else Severity.MEDIUM if ev.on_cuda and low_precision else Severity.LOW,
         message=(f"{len(layers)} Conv2d layer(s) run on NCHW tensors while convolutions take {share:.0%} of the step"
                  + ("" if ev.on_cuda else "; on this CPU the gain depends on oneDNN's kernels: the verification "
-                                          "measures it")),
+                                          "measures it")
+                 + (f"; but the convolutions run in {emulated}, which this device's roofs put below float32's: the "
+                    "precision is the cost here (slow-precision), the layout applies where it is native"
+                    if emulated else "")),
         impact=None,  # the gain is a fraction of the convolution time, which verification measures
         margin=margin,
         evidence={"nchw_conv_layers": len(layers), "conv_share_of_step": round(share, 4),
@@ -98,6 +102,15 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
                       "https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html"
                       "#use-channels-last-memory-format-for-computer-vision-models"]),
     )
+
+
+def _emulated_precision(ev: Evidence) -> str:
+    """The reduced dtype the convolutions compute in where the roofs measured here put it below float32 (emulated);
+    empty where they do not, or were not measured."""
+    dtype = ev.target.autocast or next((d for d in ("bfloat16", "float16") if ev.target.param_dtypes.get(
+        f"torch.{d}", ev.target.param_dtypes.get(d, 0)) > 0), None)
+    gain = measured_gain(ev, dtype) if dtype else None
+    return dtype if gain is not None and gain < 1 else ""
 
 
 def _site(node) -> tuple:

@@ -1,8 +1,8 @@
 """The step computes in a precision this device runs far slower than float32.
 
 What it detects:
-    Operators that do the step's arithmetic (matmuls, convolutions, attention and the elementwise work
-    around them) in bfloat16, float16 or float64, where the roof advisor measured on this device for
+    Operators that do the step's arithmetic (matmuls, convolutions, attention: what the matmul roofs
+    measure) in bfloat16, float16 or float64, where the roof advisor measured on this device for
     that dtype is at least ``min_ratio`` times below float32's, holding at least ``min_share`` of the
     step in what float32 would give back (their share of the step times ``1 - 1/ratio``). The roofs
     are this machine's (``advisor ready`` and the report's roofline say when and how they were
@@ -56,12 +56,14 @@ from __future__ import annotations
 from typing import Iterator
 
 from advisor.evidence import Evidence
+from advisor.opnames import CONV_OPS, MATMUL_OPS, ROOF_ATTENTION, ROOF_ATTENTION_BACKWARD
 from advisor.rulekit.fixing import attribute, with_switches
 from advisor.rulekit.rule import Clean, Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
 from advisor.sources import site_label
 from advisor.trace.roofline import operator_rates
 
 SLOW_DTYPES = ("bfloat16", "float16", "float64")
+COMPUTE = MATMUL_OPS | CONV_OPS | ROOF_ATTENTION | ROOF_ATTENTION_BACKWARD
 CASTS = {"float64": ("torch.from_numpy", "double"), "bfloat16": ("bfloat16",), "float16": ("half",)}  # in the source
 CALLED = {"double": ".double()", "torch.from_numpy": "torch.from_numpy()", "bfloat16": ".bfloat16()",
           "half": ".half()"}  # the calls that bring the dtype in, as written
@@ -86,7 +88,8 @@ DOCS = ["https://pytorch.org/docs/stable/amp.html#cpu-training-only",
 def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     roofs = ev.peaks.flops_per_s
     float32 = roofs.get("float32", 0.0)
-    rates = [rate for rate in operator_rates(ev.trace, ev.peaks) if rate.dtype in SLOW_DTYPES]
+    # the operators the matmul roofs are for: an elementwise one in bf16 is not the matmul roof's ratio slower
+    rates = [rate for rate in operator_rates(ev.trace, ev.peaks) if rate.dtype in SLOW_DTYPES and rate.op in COMPUTE]
     judged = []
     for dtype in sorted({rate.dtype for rate in rates}):
         roof = roofs.get(dtype)

@@ -160,3 +160,18 @@ def test_bf16_weights_as_float32_are_measured_with_the_results_within_bf16s_roun
     verdict = verify_sample("bf16_depthwise_cnn", finding, "slow-precision", pairs=4)
     assert verdict.samples == 4 and verdict.status not in ("fix-failed", "numerics-failed"), verdict
     assert verdict.max_rel_error <= verdict.tolerance == 0.05
+
+
+def test_channels_last_for_convolutions_in_a_precision_this_cpu_emulates_is_said_to_apply_elsewhere():
+    from advisor.machine.peaks import MachinePeaks
+
+    evidence = saved_evidence("gpu_flags")  # NCHW convolutions: channels-last fires
+    assert check_rule("channels-last", evidence)[0].severity.value == "low"
+    in_bf16 = evidence.model_copy(update={"target": evidence.target.model_copy(update={"autocast": "bfloat16"})})
+
+    def roofs(bfloat16: float):
+        peaks = MachinePeaks(device="a CPU", flops_per_s={"float32": 200e9, "bfloat16": bfloat16})
+        return in_bf16.model_copy(update={"peaks": peaks})
+    [finding] = check_rule("channels-last", roofs(3e9))  # bf16 emulated: 60x below float32
+    assert finding.severity.value == "info" and "the layout applies where it is native" in finding.message
+    assert check_rule("channels-last", roofs(400e9))[0].severity.value == "low"  # native bf16: as before
