@@ -59,7 +59,7 @@ class MachinePeaks(Record):
                     "perhaps below its roofs, used for this audit only and not cached")
         quiet = " on a quiet machine" if self.conditions is not None and not self.contended else ""
         return (f"measured{quiet}{when}" + (" and cached" if self.source == "cached" else "")
-                + (f" for {self.machine}" if self.machine else ""))
+                + (f" for {self.machine.replace('|', ', ')}" if self.machine else ""))
 
     def flops_for(self, dtype: str) -> float:
         """The matmul roof for an operator computing in ``dtype`` (float32's where that dtype was not measured)."""
