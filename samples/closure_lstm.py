@@ -1,6 +1,7 @@
 """Sine-wave sequence prediction trained with LBFGS, as pytorch/examples' time_sequence_prediction trains it: two
 ``LSTMCell``s stepped in a Python loop over 49 time steps, in float64, and an optimizer whose step runs the
-closure (zero_grad, forward, loss, backward) up to ``max_iter`` times (kernel-storm).
+closure (zero_grad, forward, loss, backward) up to ``max_iter`` times (kernel-storm). The float64 the example
+keeps (NumPy's arrays, the model ``.double()``-ed) runs its matmuls at about half float32's roof (slow-precision).
 
 One step is thousands of operators of a few microseconds each doing almost no work: the one-op dispatch floor
 explains little of it (autograd's recording and allocation are most of each op's cost), yet a compiled forward
@@ -41,7 +42,7 @@ def _data():
 
 def get_model():
     torch.manual_seed(0)
-    return Sequence().double()
+    return Sequence().double()  # expect: slow-precision
 
 
 def get_inputs():

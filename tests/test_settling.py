@@ -100,6 +100,23 @@ def test_a_settled_step_is_copied_with_its_optimizer_state_into_memory_of_its_ow
     assert all(torch.equal(b, p) for b, p in zip(before, model.parameters()))  # the original is untouched
 
 
+@pytest.mark.slow
+def test_an_lbfgs_step_is_copied_with_what_its_optimizer_keeps_beside_its_state():
+    """L-BFGS keeps its parameters in _params, which Optimizer.__getstate__ leaves out of a deep copy: the copy has
+    them, the copy's own parameters, and steps (closure_lstm's timing failed on it whenever its step settled)."""
+    from advisor.workload.step import copy_of_step, make_step
+    from advisor.workload.target import load_target
+
+    sample = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "samples", "closure_lstm.py")
+    target = load_target(sample, "train", "cpu", 60.0)
+    step = make_step(target, *target.fresh())
+    step()
+    copied = copy_of_step(target, step)
+    copy_model, _, copy_optimizer = copied.parts
+    assert [id(p) for p in copy_optimizer._params] == [id(p) for p in copy_model.parameters()]
+    copied()  # L-BFGS's step reads self._params
+
+
 class _Sides:
     """A timer reading each side's call times from its own script (the side still runs)."""
 

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 
-def model_copy(model: Any) -> Any:
+def model_copy(model: Any, memo: dict | None = None) -> Any:
     """A deep copy of the user's model, for whatever runs it again (an audit's every stage and fix, a script's graph
     capture and routing). Tensors a real library keeps on its objects outside the parameters and buffers (the
     weight ``torch.nn.utils.weight_norm`` computes from its two parameters before every forward, REINFORCE's
@@ -28,7 +28,7 @@ def model_copy(model: Any) -> Any:
     previous = table.get(torch.Tensor)
     table[torch.Tensor] = detached
     try:
-        return copy.deepcopy(model)
+        return copy.deepcopy(model, memo)
     finally:
         if previous is None:
             table.pop(torch.Tensor, None)

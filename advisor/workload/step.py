@@ -38,13 +38,20 @@ def make_step(target: Target, model: torch.nn.Module, feed: Feed, optimizer: Any
 def copy_of_step(target: Target, step: Callable[[], Any]) -> Callable[[], Any] | None:
     """A step on a deep copy of ``step``'s model, data and optimizer as they are now: its state after the steps it
     ran, in memory of its own (workload/settling.py). None where they cannot be copied."""
-    import copy
+    from advisor.workload.model_copy import model_copy
 
     parts = getattr(step, "parts", None)
     if parts is None:
         return None
+    memo: dict = {}
     try:
-        model, feed, optimizer = copy.deepcopy(parts)  # one call: the optimizer's parameters are the copy's
+        model, feed, optimizer = model_copy(parts, memo)  # one call: the optimizer's parameters are the copy's
+        if optimizer is not None:
+            # an optimizer deep-copies only what Optimizer.__getstate__ names (defaults, state, param_groups): L-BFGS
+            # keeps its parameters in _params too, and a copy without them fails at its first step
+            for name, value in vars(parts[2]).items():
+                if name not in vars(optimizer):
+                    setattr(optimizer, name, model_copy(value, memo))
     except Exception:  # noqa: BLE001 - an object of the user's that does not copy (a compiled model, a lock)
         return None
     return make_step(target, model, feed, optimizer)
