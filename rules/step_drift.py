@@ -51,13 +51,15 @@ PARTS = (("collector_ms", "the garbage collector's passes"), ("data_wait_ms", "t
     thresholds={
         "min_correlation": Threshold(0.6, "rank correlation of step time with step number"),
         "min_rise": Threshold(0.2, "rise of the last quarter's median step over the first quarter's"),
+        "min_steps": Threshold(DRIFT_STEPS, "judged steps a rise is judged over (fewer: a state filling up to its "
+                                            "bound)", "count"),
     },
 )
 def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     log = ev.step_log
-    drift = log.drift()
+    drift = log.drift(int(th.min_steps))
     if drift is None:
-        yield Clean(why=f"{len(log.judged())} step(s) ran as the script runs alone, fewer than the {DRIFT_STEPS} a "
+        yield Clean(why=f"{len(log.judged())} step(s) ran as the script runs alone, fewer than the {th.min_steps:g} a "
                         "rise is judged over")
         return
     correlation, ratio, still = drift

@@ -36,7 +36,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from advisor.evidence import Evidence
-from advisor.machine.step_log import ROLLOUT
+from advisor.machine.step_log import EXPLAINS, OUTLIER_DEVIATIONS, OUTLIER_OVER_MEDIAN, ROLLOUT
 from advisor.rulekit.rule import Clean, Finding, Fix, Layer, Severity, Threshold, Thresholds, rule
 
 LISTED = 8  # outliers named in the message (all are in the evidence)
@@ -52,12 +52,16 @@ NOT_THE_SCRIPTS = ("another process", "unexplained")
     thresholds={
         "min_share": Threshold(0.05, "share of the steps' time the explained outliers hold above a typical step"),
         "medium_share": Threshold(0.2, "share at which the finding is medium"),
+        "over_median": Threshold(OUTLIER_OVER_MEDIAN, "share of the typical step an outlier exceeds it by, at least"),
+        "deviations": Threshold(OUTLIER_DEVIATIONS, "robust deviations (1.4826 x the median absolute deviation) an "
+                                                    "outlier exceeds the typical step by, at least", "count"),
+        "explains": Threshold(EXPLAINS, "share of an outlier's excess a cause holds to be named as one"),
     },
 )
 def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     log = ev.step_log
     judged = log.judged()
-    outliers = log.outliers()
+    outliers = log.outliers(th.over_median, th.deviations, th.explains)
     total = sum(step.ms for step in judged)
     own = [o for o in outliers if not all(cause.startswith(NOT_THE_SCRIPTS) for cause in o.causes)]
     # a rollout between updates is the loop's shape, every time, not a stall: rollout-bound judges its share

@@ -175,4 +175,12 @@ def test_an_audit_of_the_gpt_sample_carries_its_roofline_and_memory(tmp_path):
     assert {"parameters", "gradients", "optimizer state", "activations"} <= set(saved["memory"]["kinds"])
     page = (tmp_path / "gpt_block.html").read_text()
     assert 'id="roofline"' in page and 'id="memory"' in page
-    assert result.report.memory.larger_batch is None or result.report.memory.larger_batch.samples_per_s_ratio > 0
+    from advisor.capture.memory import LARGER_BATCH_FACTOR, LARGER_BATCH_MOST_S, LARGER_BATCH_STEPS, LARGER_BATCH_WARMUP
+
+    larger, step_ms = result.report.memory.larger_batch, result.evidence.timing.median_ms
+    needed_s = (LARGER_BATCH_STEPS + LARGER_BATCH_WARMUP) * LARGER_BATCH_FACTOR * step_ms / 1000
+    if needed_s > LARGER_BATCH_MOST_S:  # a slow machine's step: the larger batch is not measured, by its budget
+        assert larger is None
+    else:
+        assert larger.factor == 2 and larger.batch_size == result.evidence.target.batch_size
+        assert larger.step_ms == round(step_ms, 4) and larger.samples_per_s_ratio > 0

@@ -18,7 +18,7 @@ from advisor.rulekit.engine import load_rules, run_rules
 from advisor.rulekit.rule import Severity
 from advisor.run.collector import CollectorWatch
 from advisor.run.inference_calls import InferenceCalls
-from advisor.run.logged_steps import StepLog as ScriptStepLog
+from advisor.run.logged_steps import StepRecorder
 from conftest import SAMPLES, line_of, share_finding
 from devkit.saved_evidence import relocated
 
@@ -154,7 +154,7 @@ class _Window:
 
 
 def test_the_script_side_log_times_each_step_and_its_saves(tmp_path):
-    log, window = ScriptStepLog(), _Window()
+    log, window = StepRecorder(), _Window()
     saved_before = torch.save
     try:
         log.install()
@@ -169,7 +169,12 @@ def test_the_script_side_log_times_each_step_and_its_saves(tmp_path):
     [step] = log.steps
     assert step["step"] == 2 and step["phase"] == "warm-up" and step["data_wait_ms"] == 2.0
     assert 0 < step["save_ms"] <= step["ms"] and step["compiled_frames"] == 0
-    assert step["cpu_wait_ms"] is None or step["cpu_wait_ms"] >= 0
+    from advisor.machine.procfs import thread_run_delay_s
+
+    if thread_run_delay_s() is None:  # no /proc/thread-self/schedstat here: said as unknown, never as 0
+        assert step["cpu_wait_ms"] is None
+    else:
+        assert isinstance(step["cpu_wait_ms"], float) and step["cpu_wait_ms"] >= 0
 
 
 @pytest.mark.slow
@@ -308,3 +313,16 @@ def test_the_rollouts_rest_is_named_by_its_places_once_enough_samples_were_taken
     few = log.model_copy(update={"rollout_places": [RolloutPlace(**{**place, "samples": 12}) for place in places]})
     [finding], _ = _run(evidence.model_copy(update={"step_log": few}), "rollout-bound")
     assert "Between the calls" not in finding.message and len(finding.locations) == 1
+
+
+def test_the_step_rules_numbers_are_thresholds_set_sets():
+    """What makes a step an outlier or a run long enough to judge a drift is each rule's threshold (--set)."""
+    from advisor.rulekit.engine import parse_settings
+
+    outliers, drift = recorded_run("gc_records"), recorded_run("growing_history")
+    assert [f.slug for f in run_rules(RULES, outliers)[0] if f.slug == "step-outliers"] == ["step-outliers"]
+    lenient = parse_settings(RULES, ["step-outliers.over_median=100", "step-drift.min_steps=1000"])
+    assert not [f for f in run_rules(RULES, outliers, lenient)[0] if f.slug == "step-outliers"]
+    runs = []
+    run_rules(RULES, drift, lenient, runs=runs)
+    assert "fewer than the 1000 a rise is judged over" in next(run.why for run in runs if run.slug == "step-drift")

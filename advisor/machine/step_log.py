@@ -16,6 +16,8 @@ from advisor.records import Field, Record
 from advisor.stats import median, rank_correlation
 
 JUDGED_PHASES = ("timed", "after")
+# The defaults of the step rules' thresholds (step-outliers' over_median, deviations, explains; step-drift's
+# min_steps), which pass them in: settable with --set like any verdict's number.
 OUTLIER_OVER_MEDIAN = 0.5  # an outlier exceeds the median step by at least half of it ...
 OUTLIER_DEVIATIONS = 4.0  # ... and by this many robust deviations (1.4826 x the median absolute deviation)
 DRIFT_STEPS = 20  # a rise over fewer steps may be a state filling up to its bound (L-BFGS's history)
@@ -82,26 +84,28 @@ class StepLog(Record):
         values = [getattr(step, quantity) or 0.0 for step in self.judged()]
         return median(values) if values else 0.0
 
-    def outliers(self) -> list[Outlier]:
-        """The judged steps far above the typical one, each with its causes."""
+    def outliers(self, over_median: float = OUTLIER_OVER_MEDIAN, deviations: float = OUTLIER_DEVIATIONS,
+                 explains: float = EXPLAINS) -> list[Outlier]:
+        """The judged steps far above the typical one (by ``over_median`` of it and ``deviations`` robust deviations),
+        each with its causes (those holding ``explains`` of its excess)."""
         judged = self.judged()
         if len(judged) < 5:
             return []
         typical = self.typical()
         spread = 1.4826 * median([abs(step.ms - typical) for step in judged])
-        bar = typical + max(OUTLIER_OVER_MEDIAN * typical, OUTLIER_DEVIATIONS * spread)
+        bar = typical + max(over_median * typical, deviations * spread)
         usual = {quantity: self.typical(quantity) for quantity, _ in TIMED_CAUSES}
         return [Outlier(step=step.step, ms=step.ms, excess_ms=round(step.ms - typical, 4),
-                        causes=_causes(step, step.ms - typical, usual),
+                        causes=_causes(step, step.ms - typical, usual, explains),
                         explained_ms=round(_explained(step, step.ms - typical, usual), 4))
                 for step in judged if step.ms > bar]
 
-    def drift(self) -> tuple[float, float, float] | None:
+    def drift(self, min_steps: int = DRIFT_STEPS) -> tuple[float, float, float] | None:
         """Over the judged steps: (the rank correlation of step time with step number, the last quarter's median
         over the first quarter's, the last quarter's over the third's: still rising at the end, or levelled off);
-        None with fewer than DRIFT_STEPS."""
+        None with fewer than ``min_steps``."""
         judged = self.judged()
-        if len(judged) < DRIFT_STEPS:
+        if len(judged) < min_steps:
             return None
         times = [step.ms for step in judged]
         quarter = len(times) // 4
@@ -128,12 +132,12 @@ def evaluation_pass(step: LoggedStep) -> bool:
     return step.evaluation and step.data_wait_ms > 0
 
 
-def _causes(step: LoggedStep, excess_ms: float, usual: dict[str, float]) -> list[str]:
+def _causes(step: LoggedStep, excess_ms: float, usual: dict[str, float], explains: float) -> list[str]:
     # an evaluation pass calls the model without grad too: said as the evaluation it is, not as a rollout
     timed = sorted(((max(0.0, (getattr(step, quantity) or 0.0) - usual[quantity]), name)
                     for quantity, name in TIMED_CAUSES if not (evaluation_pass(step) and quantity == "rollout_ms")),
                    reverse=True)
-    causes = [f"{name} ({extra:.3g} ms)" for extra, name in timed if excess_ms > 0 and extra >= EXPLAINS * excess_ms]
+    causes = [f"{name} ({extra:.3g} ms)" for extra, name in timed if excess_ms > 0 and extra >= explains * excess_ms]
     if step.evaluation and (evaluation_pass(step) or not step.inference_forwards):
         causes.append("an evaluation pass")  # not a rollout run in eval mode (named above as one)
     if step.compiled_frames:

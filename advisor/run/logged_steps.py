@@ -22,7 +22,9 @@ from advisor.machine.procfs import thread_run_delay_s
 MOST_STEPS = 100_000  # a long run's log stops growing here (a few MB of window.json)
 
 
-class StepLog:
+class StepRecorder:
+    """Records each step of the script as it ends (the evidence it becomes is machine/step_log.StepLog)."""
+
     def __init__(self) -> None:
         self.steps: list[dict[str, Any]] = []
         self.saving_s = 0.0

@@ -37,7 +37,7 @@ from advisor.run.collector import CollectorWatch
 from advisor.run.failures import watch_failures
 from advisor.run.inference_calls import InferenceCalls
 from advisor.run.kinds import FORWARD, MARKER, OPTIMIZER, PROFILER_STEP, RANK
-from advisor.run.logged_steps import StepLog
+from advisor.run.logged_steps import StepRecorder
 from advisor.run.profiled_steps import ProfiledSteps
 from advisor.run.recorded_calls import RecordedCall, kept
 from advisor.run.step_contents import StepContents
@@ -85,7 +85,7 @@ class StepWindow(ProfiledSteps, TrainingSigns, WindowEnd):
 
         self.machine = Watch()
         self.collector = CollectorWatch()  # the garbage collector's passes inside each step, watched from now
-        self.log = StepLog()  # every step's time and what happened in it (logged_steps.py)
+        self.log = StepRecorder()  # every step's time and what happened in it (logged_steps.py)
         self.profiler = None
         self.step_range = None
         self.annotator = None
