@@ -27,9 +27,9 @@ def test_audit_a_live_model_and_save_every_format(tmp_path):
     finding = share_finding(report, "non-contiguous")
     assert finding is None or verified_unless_contended(finding.verification), finding.verification
     assert report.timing is not None and report.trace is not None and report.errors == []
-    assert "<!DOCTYPE html>" in report._repr_html_()
+    assert "<!DOCTYPE html>" in advisor.notebook_html(report)
     for suffix in ("html", "json", "md", "sarif"):
-        assert (tmp_path / f"r.{suffix}").name in report.save(str(tmp_path / f"r.{suffix}"))
+        assert (tmp_path / f"r.{suffix}").name in advisor.save(report, str(tmp_path / f"r.{suffix}"))
     assert all(torch.equal(weights[k], v) for k, v in model.state_dict().items())
     assert not model.training and next(model.parameters()).is_contiguous()
 
@@ -64,3 +64,20 @@ def test_api_and_cli_assemble_the_same_report(tmp_path):
     assert [(s.stage, s.status) for s in cli.stages] == [(s.stage, s.status) for s in api.stages]
     assert all(s.seconds > 0 for s in api.stages if s.status == "ok" and s.stage in ("timing", "trace"))
     assert cli.verification.note == api.verification.note and cli.errors == api.errors == []
+
+
+def test_a_report_is_data_and_shows_as_its_html_report_in_a_notebook():
+    """Report renders nothing itself; imported inside IPython, advisor tells the shell's HTML formatter how to show
+    one (by name: nothing is imported for it until a Report is shown)."""
+    from advisor.evidence import TargetInfo
+    from advisor.report.schema import Report
+
+    interactive = pytest.importorskip("IPython.core.interactiveshell", reason="IPython is not installed here")
+    assert not hasattr(Report, "save") and not hasattr(Report, "_repr_html_")
+    shell = interactive.InteractiveShell.instance()
+    try:
+        advisor._show_reports_in_notebooks()
+        data, _ = shell.display_formatter.format(Report(target=TargetInfo(model_file="model.py")))
+        assert "<!DOCTYPE html>" in data["text/html"]
+    finally:
+        interactive.InteractiveShell.clear_instance()

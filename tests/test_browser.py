@@ -8,6 +8,7 @@ import zlib
 import pytest
 from browser import Browser, chromium_path
 
+import advisor
 from conftest import HOSTILE_MODEL, audit, write_model
 
 pytestmark = pytest.mark.skipif(chromium_path() is None, reason="no chromium here (.ci/run installs it)")
@@ -24,7 +25,7 @@ def browser():
 def report_page(sample_audit, tmp_path_factory):
     result = sample_audit("host_sync")
     path = tmp_path_factory.mktemp("page") / "host_sync.html"
-    result.report.save(str(path))
+    advisor.save(result.report, str(path))
     return path
 
 
@@ -53,7 +54,7 @@ def test_a_checked_box_survives_a_reload(browser, report_page):
 def test_hostile_names_stay_text_in_the_browser(browser, tmp_path):
     path = write_model(tmp_path, HOSTILE_MODEL)
     page = tmp_path / "hostile.html"
-    audit(path, tmp_path / "out").report.save(str(page))
+    advisor.save(audit(path, tmp_path / "out").report, str(page))
     browser.open(page.as_uri())
     assert browser.evaluate("document.querySelectorAll('script').length") == 1  # ours only
     assert browser.evaluate("document.querySelectorAll('img').length") == 0
@@ -104,7 +105,7 @@ def test_the_readiness_report_renders_its_checklist_and_chart_offline(browser, t
     options = ReadyRunOptions(model_file=str(SAMPLES / "ready" / "size_branch.py"), out_dir=str(tmp_path),
                               seconds_per_size=0.3, checks=ReadyOptions(latency_budget_ms=50.0))
     page = tmp_path / "size_branch.html"
-    run_ready(options).report.save(str(page))
+    advisor.save(run_ready(options).report, str(page))
     browser.open(page.as_uri())
     assert browser.evaluate("document.querySelectorAll('section.check').length") == 10
     assert browser.evaluate("document.querySelectorAll('section.check.fail').length") == 1  # recompiles
@@ -125,7 +126,7 @@ def test_the_roofline_chart_draws_each_operator_under_the_machines_roofs(browser
 
     report = assemble_report(Gathered(evidence=saved_evidence("gpt_block")), RuleConfig.load())
     page = tmp_path / "gpt_block.html"
-    report.save(str(page))
+    advisor.save(report, str(page))
     browser.open(page.as_uri())
     plotted = sum(1 for rate in report.roofline.operators if rate.intensity)
     assert browser.evaluate("document.querySelectorAll('svg.roofline circle.operator').length") == plotted

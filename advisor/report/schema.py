@@ -6,7 +6,6 @@ meaning changes; added optional fields keep it.
 
 from __future__ import annotations
 
-import os
 from datetime import datetime, timezone
 from typing import Literal
 
@@ -145,23 +144,6 @@ class Report(Record):
     rules: list[RuleRun] = Field(default_factory=list, description="what each rule did: fired, silent (how near it "
                                                                    "came), not run (and why)")
     quality: MeasurementQuality = Field(default_factory=MeasurementQuality)
-
-    def _repr_html_(self) -> str:
-        """Jupyter shows the full HTML report inline."""
-        from advisor.report.html import render_html
-
-        return render_html(self)
-
-    def save(self, path: str) -> str:
-        """Write the report; the format follows the suffix: .html, .json, .md or .sarif."""
-        from advisor.report.write import FORMATS, render
-
-        suffix = os.path.splitext(path)[1].lstrip(".").lower()
-        if suffix not in FORMATS:
-            raise ValueError(f"{path}: unknown report format {suffix!r}; use .html, .json, .md or .sarif")
-        with open(path, "w", encoding="utf-8") as handle:
-            handle.write(render(suffix, self))
-        return path
 
     def findings_by_layer(self) -> list[tuple[Layer, list[Finding]]]:
         return [(layer, [f for f in self.findings if f.layer == layer]) for layer in Layer]

@@ -28,6 +28,16 @@ def render(fmt: str, report: Report) -> str:
     return report.model_dump_json(indent=2)
 
 
+def save(report: Report, path: str) -> str:
+    """Write the report to ``path``; the format follows the suffix: .html, .json, .md or .sarif."""
+    suffix = os.path.splitext(path)[1].lstrip(".").lower()
+    if suffix not in FORMATS:
+        raise ValueError(f"{path}: unknown report format {suffix!r}; use .html, .json, .md or .sarif")
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(render(suffix, report))
+    return path
+
+
 def write_reports(report: Report, out_dir: str, stem: str, formats: tuple[str, ...]) -> dict[str, str]:
     """Write ``<out_dir>/<stem>.<format>`` for each format."""
     os.makedirs(out_dir, exist_ok=True)
