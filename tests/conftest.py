@@ -7,6 +7,7 @@ import fcntl
 import hashlib
 import os
 import pickle
+import sys
 import textwrap
 from pathlib import Path
 
@@ -36,6 +37,22 @@ if os.environ.get(THREADS_ENV) in (None, os.environ.get(SUITE_THREADS_ENV)):  # 
     # xdist's controller set both before it started its workers; each worker sizes its own share
     _share = str(max(1, len(os.sched_getaffinity(0)) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))))
     os.environ[THREADS_ENV] = os.environ[SUITE_THREADS_ENV] = _share
+
+
+def pytest_configure(config):
+    """The machine's roofs measured once, before xdist starts its workers, with a worker's share of the cores as
+    threads: every audit of the suite then reads them from the cache. Measured beside the workers they would be
+    contended, and a contended measurement is never cached (capture/calibrate.py): each audit would measure again."""
+    import subprocess
+
+    if hasattr(config, "workerinput") or os.environ.get("ADVISOR_CACHE_DIR"):
+        return  # a worker (the controller measured), or a cache of the caller's own
+    workers = getattr(config.option, "numprocesses", None) or 1
+    share = str(max(1, len(os.sched_getaffinity(0)) // (workers if isinstance(workers, int) else 1)))
+    measure = ("import torch; from advisor.capture.calibrate import machine_peaks; from advisor.capture.env import "
+               "device_name; machine_peaks(torch.device('cpu'), device_name(torch.device('cpu')))")
+    subprocess.run([sys.executable, "-c", measure], env={**os.environ, THREADS_ENV: share}, timeout=300,
+                   capture_output=True, check=False)
 
 
 def verified_unless_contended(verification) -> bool:
