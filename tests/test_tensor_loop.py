@@ -170,3 +170,18 @@ def test_the_audit_verifies_the_loops_patch_on_a_copy_of_the_source_and_leaves_t
     assert v.status not in ("fix-failed", "numerics-failed") and v.max_rel_error <= v.tolerance == 1e-5
     assert (tmp_path / "momentum_encoder.py").read_text() == before
     assert result.report.verification.combined in (None, v)  # a patch is not measured with the runtime fixes
+    assert ("tensor-loop" in result.report.verification.apart) == (v.status == "verified")
+
+
+def test_a_fix_measured_as_its_patch_is_said_apart_from_the_runtime_fixes_together():
+    from advisor.rulekit.rule import Finding, Verification
+    from advisor.verify.orchestrate import measure_fixes
+
+    findings = [Finding(id="loop", slug="tensor-loop", message="a loop"),
+                Finding(id="storm", slug="kernel-storm", message="a storm")]
+
+    def measured(chosen, seconds):  # what each side's measurement gave: the orchestration decides the rest
+        return Verification(status="verified", speedup=1.2, ci_low=1.1, ci_high=1.3,
+                            source_patch=chosen[0].slug == "tensor-loop")
+    fixes = measure_fixes(findings, measured, None, joins=lambda outcome: not outcome.source_patch)
+    assert fixes.apart == ["tensor-loop"] and fixes.combined is fixes.results["storm"]

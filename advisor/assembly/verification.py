@@ -33,6 +33,7 @@ def attach_verification(report: Report, measured: MeasuredFixes) -> None:
         if finding_id in by_id:
             by_id[finding_id].verification = Verification.model_validate(result)
     report.verification.combined = measured.combined
+    report.verification.apart = list(measured.apart)
 
 
 def verify_findings(report: Report, rules: RuleConfig, errors: list[StageError],

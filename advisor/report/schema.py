@@ -103,6 +103,8 @@ class VerificationSettings(Record):
     pairs: int | None = Field(default=None, description="pairs measured per fix when fixed (--pairs), else by budget")
     note: str = ""
     combined: Verification | None = Field(default=None, description="all verified fixes applied together")
+    apart: list[str] = Field(default_factory=list, description="verified fixes measured apart, not in the together "
+                                                               "(a memory fix, a source patch), by rule")
 
 
 class MeasurementQuality(Record):

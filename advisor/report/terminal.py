@@ -60,6 +60,8 @@ def print_summary(report: Report, written: dict[str, str]) -> None:
         click.echo(f"All verified fixes together: {combined.speedup:.2f}x [{combined.ci_low:.2f}–{combined.ci_high:.2f}]")
     elif report.verification.note:
         click.echo(f"Verification: {report.verification.note}")
+    if report.verification.apart:
+        click.echo(f"Verified apart, not in the together: {', '.join(report.verification.apart)}")
     if report.files is not None:
         print_files(report.files)
     for fmt, path in written.items():

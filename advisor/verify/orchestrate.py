@@ -48,6 +48,8 @@ def measure_fixes(findings: list[Finding], measure_set: Callable[[list[Finding],
         measured.results[finding.id] = outcome
         if outcome.status == "verified" and joins(outcome):
             verified.append(finding)
+        elif outcome.status == "verified":
+            measured.apart.append(finding.slug)
     if skipped:  # what would have measured them: the time spent, plus one minimal measurement each
         wanted = (time.monotonic() - began) + sum(minimum_s([by_id[finding_id]]) for finding_id in skipped)
         for finding_id in skipped:

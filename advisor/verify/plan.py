@@ -17,6 +17,8 @@ class MeasuredFixes(Record):
 
     results: dict[str, Verification] = Field(default_factory=dict)
     combined: Verification | None = None
+    apart: list[str] = Field(default_factory=list, description="verified fixes that cannot join the others "
+                                                               "(a memory fix, a source patch), by rule")
 
 
 def expected_gain(finding: Finding) -> tuple[int, float]:
