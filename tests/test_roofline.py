@@ -126,7 +126,7 @@ def test_quiet_roofs_are_cached_with_when_and_how_they_were_measured_and_read_ba
     again = machine_peaks(cpu, "test CPU")
     assert again.source == "cached" and again.flops_per_s == measured.flops_per_s
     assert again.measured_at == measured.measured_at and again.conditions == measured.conditions
-    assert "cached" in again.said() and "quiet" in again.said()
+    assert "cached" in again.said() and ("quiet" in again.said()) == (measured.conditions.others_cores is not None)
 
 
 @pytest.mark.slow
@@ -142,6 +142,8 @@ def test_roofs_measured_beside_busy_processes_on_every_core_are_used_once_and_ne
         for cpu in sorted(os.sched_getaffinity(0)):
             stack.enter_context(busy_loop(cpu))
         peaks = machine_peaks(torch.device("cpu"), "busy CPU")
+    if any("CPU shares" in item or "/proc" in item for item in peaks.conditions.unreadable):
+        pytest.skip(f"the machine's CPU shares cannot be read here: {peaks.conditions.unreadable}")
     assert peaks.source == "contended" and peaks.contended and "other processes used" in peaks.contended[0]
     assert peaks.flops_per_s["float32"] > 0 and not (tmp_path / "peaks.json").exists()
 

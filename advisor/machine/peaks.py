@@ -57,7 +57,8 @@ class MachinePeaks(Record):
         if self.source == "contended":
             return (f"measured on this machine during this audit beside other work ({'; '.join(self.contended)}): "
                     "perhaps below its roofs, used for this audit only and not cached")
-        quiet = " on a quiet machine" if self.conditions is not None and not self.contended else ""
+        read = self.conditions is not None and self.conditions.others_cores is not None  # the CPU shares were read
+        quiet = " on a quiet machine" if read and not self.contended else ""
         return (f"measured{quiet}{when}" + (" and cached" if self.source == "cached" else "")
                 + (f" for {self.machine.replace('|', ', ')}" if self.machine else ""))
 
