@@ -37,7 +37,7 @@ from advisor.evidence import Evidence
 from advisor.opnames import CONV_2D_MODULES, CONV_WORK_OPS, REDUCED_DTYPES
 from advisor.rulekit.codemods import NoEdit
 from advisor.rulekit.fixing import replace_target
-from advisor.rulekit.helpers import measured_gain, outermost
+from advisor.rulekit.helpers import outermost, slower_than_float32
 from advisor.rulekit.rule import Clean, Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
 
 
@@ -109,8 +109,7 @@ def _emulated_precision(ev: Evidence) -> str:
     empty where they do not, or were not measured."""
     dtype = ev.target.autocast or next((d for d in ("bfloat16", "float16") if ev.target.param_dtypes.get(
         f"torch.{d}", ev.target.param_dtypes.get(d, 0)) > 0), None)
-    gain = measured_gain(ev, dtype) if dtype else None
-    return dtype if gain is not None and gain < 1 else ""
+    return dtype if dtype in slower_than_float32(ev) else ""
 
 
 def _site(node) -> tuple:

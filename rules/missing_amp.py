@@ -42,7 +42,7 @@ from advisor.evidence import Evidence
 from advisor.opnames import MATMUL_FLOP_OPS, MATMUL_OPS, WIDER_THAN_FLOAT32
 from advisor.rulekit.codemods import NoEdit
 from advisor.rulekit.fixing import replace_target
-from advisor.rulekit.helpers import is_ampere_or_newer, low_precision, measured_gain, outermost
+from advisor.rulekit.helpers import is_ampere_or_newer, low_precision, outermost, slower_than_float32
 from advisor.rulekit.patching import forward_and_loss
 from advisor.rulekit.rule import Clean, Finding, Fix, Layer, Location, Margin, Severity, Threshold, Thresholds, rule
 
@@ -135,8 +135,7 @@ def _device_advice(ev: Evidence, share: float) -> tuple[Severity, str]:
         if is_ampere_or_newer(ev.env):
             return Severity.HIGH, "bf16 autocast runs them on tensor cores"
         return Severity.HIGH, "fp16 autocast (with GradScaler when training) runs them on tensor cores"
-    gain = measured_gain(ev, "bfloat16")
-    if gain is not None and gain < 1:
+    if "bfloat16" in slower_than_float32(ev):
         # the roofs measured here decide before the CPU's flags: bf16 slower than float32 is no gain on this device
         roofs = ev.peaks.flops_per_s
         return Severity.INFO, (f"bf16 runs at {roofs['bfloat16'] / 1e9:.3g} GFLOP/s on this CPU against float32's "

@@ -59,7 +59,7 @@ from advisor.opnames import (
 )
 from advisor.rulekit.codemods import NoEdit
 from advisor.rulekit.fixing import compiled_with, finish_graph, node_name
-from advisor.rulekit.helpers import is_broadcast, is_contiguous, measured_gain, outermost
+from advisor.rulekit.helpers import is_broadcast, is_contiguous, outermost, slower_than_float32
 from advisor.rulekit.rule import Clean, Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
 from advisor.sources import site_label
 from advisor.trace.parse import Op, Trace
@@ -146,7 +146,7 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
 
 def _emulated(ev: Evidence) -> set[str]:
     """The profiler's names of the reduced dtypes this device's roofs measured slower than float32 (emulated)."""
-    slow = {dtype for dtype in ("bfloat16", "float16") if (gain := measured_gain(ev, dtype)) is not None and gain < 1}
+    slow = slower_than_float32(ev)
     return {name for name, dtype in DTYPES.items() if dtype in slow}
 
 

@@ -57,6 +57,12 @@ def measured_gain(ev, dtype: str, over: str = "float32") -> float | None:
     return faster / base if faster and base else None
 
 
+def slower_than_float32(ev) -> set[str]:
+    """The reduced dtypes (bfloat16, float16) this device's measured roofs put below float32: emulated here, so no
+    advice of a gain in them (empty where the roofs were not measured)."""
+    return {dtype for dtype in ("bfloat16", "float16") if (gain := measured_gain(ev, dtype)) is not None and gain < 1}
+
+
 def is_ampere_or_newer(env) -> bool:
     """An NVIDIA GPU of compute capability 8.0 or newer: bf16 and TF32 tensor cores."""
     return (env is not None and env.gpu_capability is not None and tuple(env.gpu_capability) >= (8, 0)
