@@ -153,6 +153,7 @@ def test_the_roofs_key_holds_what_they_depend_on(monkeypatch):
     from advisor.capture.calibrate import cache_key
 
     cpu = torch.device("cpu")
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)  # a run emulating another ISA sets it
     plain = cache_key(cpu, "A CPU")
     assert plain.startswith(f"A CPU|{torch.backends.cpu.get_cpu_capability()}|torch {torch.__version__}|threads ")
     monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")

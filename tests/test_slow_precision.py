@@ -87,8 +87,12 @@ def test_the_same_audit_where_the_cpu_runs_bf16_natively_finds_nothing(tmp_path)
     from advisor.machine.procfs import cpu_model_and_flags
     from conftest import audit
 
-    if not {"avx512_bf16", "amx_bf16"} & set(cpu_model_and_flags()[1]):
-        pytest.skip("this CPU has no native bf16 (AVX512-BF16 or AMX), and none can be emulated")
+    import torch
+
+    if not {"avx512_bf16", "amx_bf16"} & set(cpu_model_and_flags()[1]) \
+            or not torch.ops.mkldnn._is_mkldnn_bf16_supported():  # the CPU's flags, and what oneDNN is let use here
+        pytest.skip("bf16 is not native here (no AVX512-BF16 or AMX, or oneDNN held below them), and native bf16 "
+                    "cannot be emulated")
     result = audit(SAMPLES / "gpu_style_autocast.py", tmp_path)
     assert result.evidence.env.cpu_native_bf16 and not [f for f in result.report.findings if f.slug == "slow-precision"]
 
