@@ -84,10 +84,10 @@ def test_an_audit_on_a_cpu_that_emulates_bf16_finds_it_and_measures_autocast_off
 
 @pytest.mark.slow
 def test_the_same_audit_where_the_cpu_runs_bf16_natively_finds_nothing(tmp_path):
+    import torch
+
     from advisor.machine.procfs import cpu_model_and_flags
     from conftest import audit
-
-    import torch
 
     if not {"avx512_bf16", "amx_bf16"} & set(cpu_model_and_flags()[1]) \
             or not torch.ops.mkldnn._is_mkldnn_bf16_supported():  # the CPU's flags, and what oneDNN is let use here
