@@ -36,10 +36,10 @@ INSTALLED_MARKERS = (f"{os.sep}site-packages{os.sep}", f"{os.sep}dist-packages{o
 
 
 def _advisor_parts() -> tuple[str, ...]:
-    """advisor's own packages, read from its folder (and its rule pack, installed as ``advisor/rules``), so that
-    a package added or renamed is recognised without anyone listing it here."""
-    found = {name for name in os.listdir(ADVISOR_DIR) if os.path.isfile(os.path.join(ADVISOR_DIR, name, "__init__.py"))}
-    return tuple(sorted(found | {"rules"}))
+    """advisor's own packages, read from its folder, so that a package added or renamed is recognised without
+    anyone listing it here."""
+    return tuple(sorted(name for name in os.listdir(ADVISOR_DIR)
+                        if os.path.isfile(os.path.join(ADVISOR_DIR, name, "__init__.py"))))
 
 
 # Text that marks a path as PyTorch's, Python's or advisor's own when it was recorded elsewhere

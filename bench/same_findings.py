@@ -47,7 +47,8 @@ class Checkout:
         self.revision, self.folder = revision, os.path.join(scratch, revision.replace("/", "_"))
         subprocess.run(["git", "-C", ROOT, "worktree", "add", "--detach", "-f", self.folder, revision], check=True,
                        capture_output=True)
-        os.symlink(os.path.join("..", "rules"), os.path.join(self.folder, "advisor", "rules"))  # its rule pack
+        if os.path.isdir(os.path.join(self.folder, "rules")):  # a revision whose rule pack sat outside advisor/
+            os.symlink(os.path.join("..", "rules"), os.path.join(self.folder, "advisor", "rules"))
         self.env = {**os.environ, "PYTHONPATH": self.folder}
 
     def run(self, *args: str) -> subprocess.CompletedProcess:

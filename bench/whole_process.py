@@ -19,8 +19,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def compile_sources() -> None:
     """Write advisor's bytecode, as ``pip install`` does for an installed package (HTA's included): an
     editable checkout under PYTHONDONTWRITEBYTECODE would otherwise compile every module on every run."""
-    for folder in ("advisor", "rules"):
-        compileall.compile_dir(os.path.join(ROOT, folder), quiet=1)
+    compileall.compile_dir(os.path.join(ROOT, "advisor"), quiet=1)
 
 
 def measured(command: list[str]) -> tuple[float, float]:

@@ -62,7 +62,7 @@ def test_small_buckets_are_reported_with_a_cap_from_the_gradient_size():
 
 
 def test_the_straggler_says_what_its_rank_is_slow_in():
-    from advisor.rules.straggler import _slow_in
+    from advisor.rules.application.straggler import _slow_in
 
     evidence = _evidence()
     evidence.rank_summaries = [RankSummary(rank=0, step_ms=80, comm_ms=70), RankSummary(rank=1, step_ms=80, comm_ms=50)]
@@ -146,7 +146,7 @@ def test_host_time_between_the_scripts_torch_calls_is_summed_per_step_by_line_pa
 
 
 def test_the_straggler_is_pinned_to_the_lines_only_it_spends_time_in(tmp_path):
-    from advisor.rules.straggler import _slow_place
+    from advisor.rules.application.straggler import _slow_place
 
     script = str(write_model(tmp_path, "x = 1\n" * 50, name="train.py"))
     fast = RankTrace(path="r0", host_gaps={(script, 41, 44): 480.0, (script, 44, 45): 5000.0, (script, 45, 41): 700.0})

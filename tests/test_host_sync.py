@@ -167,7 +167,7 @@ def test_tensors_made_on_the_host_are_told_apart_from_the_models_and_the_moved()
 def test_a_mean_count_per_step_is_said_to_a_tenth():
     # counts averaged over the profiled steps: makemore's "21.6667 host sync(s) per step" read as a measurement
     # more exact than three steps can give
-    from advisor.rules.host_sync import _rate
+    from advisor.rules.application.host_sync import _rate
 
     assert _rate(8.0) == "8" and _rate(0.5) == "0.5" and _rate(65 / 3) == "21.7" and _rate(1 / 3) == "0.3"
 

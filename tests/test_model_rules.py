@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from advisor.capture.graph import capture_graph
-from advisor.rulekit.attention_rewrite import SdpaRewrite, use_sdpa
 from advisor.rulekit.rule import Severity
-from advisor.rules.tensor_creation_in_step import fold_constants
+from advisor.rules.model.manual_attention.sdpa_rewrite import SdpaRewrite, use_sdpa
+from advisor.rules.model.tensor_creation_in_step import fold_constants
 from advisor.workload.feed import BATCHES_AHEAD
 from advisor.workload.target import load_target
 from conftest import SAMPLES, audit, check_rule, line_of, only_finding, share_finding, slugs, verify_sample, write_model

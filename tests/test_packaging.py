@@ -29,8 +29,6 @@ def _source_files() -> set[str]:
     for path in (ROOT / "advisor").rglob("*"):
         if path.is_file() and "__pycache__" not in path.parts:
             wanted.add(path.relative_to(ROOT).as_posix())
-    for path in (ROOT / "rules").glob("*.py"):
-        wanted.add("advisor/rules/" + path.name)
     return wanted
 
 
@@ -41,8 +39,7 @@ def wheel(tmp_path_factory) -> Path:
     source = tmp_path_factory.mktemp("source")
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, source / name)
-    for folder in ("advisor", "rules"):
-        shutil.copytree(ROOT / folder, source / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(ROOT / "advisor", source / "advisor", ignore=shutil.ignore_patterns("__pycache__"))
     out = tmp_path_factory.mktemp("wheel")
     built = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
                             "-w", str(out), str(source)], capture_output=True, text=True, timeout=300)

@@ -16,7 +16,7 @@ MAX_LINES = 400
 
 
 def _package_files() -> list[Path]:
-    return sorted([*(ROOT / "advisor").rglob("*.py"), *(ROOT / "rules").glob("*.py")])
+    return sorted((ROOT / "advisor").rglob("*.py"))
 
 
 @functools.lru_cache(maxsize=None)
@@ -28,8 +28,6 @@ def _tree(path: Path) -> ast.Module:
 def _module_name(path: Path) -> str:
     relative = path.relative_to(ROOT).with_suffix("")
     parts = list(relative.parts)
-    if parts[0] == "rules":
-        parts = ["advisor", "rules", *parts[1:]]
     if parts[-1] == "__init__":
         parts = parts[:-1]
     return ".".join(parts)

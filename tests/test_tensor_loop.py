@@ -77,7 +77,7 @@ def test_each_update_loop_is_rewritten_as_foreach_calls_that_compute_the_same_te
 
     from advisor.fix.edits import applied
     from advisor.rulekit.codemods import Source
-    from advisor.rulekit.foreach_edit import foreach_changes
+    from advisor.rules.model.tensor_loop.foreach_edit import foreach_changes
 
     path = tmp_path / "update.py"
     path.write_text("import torch\n\n\n"
@@ -115,7 +115,7 @@ def test_each_update_loop_is_rewritten_as_foreach_calls_that_compute_the_same_te
 ])
 def test_a_loop_advisor_cannot_rewrite_with_certainty_is_left_with_the_reason(tmp_path, body, why):
     from advisor.rulekit.codemods import NoEdit, Source
-    from advisor.rulekit.foreach_edit import foreach_changes
+    from advisor.rules.model.tensor_loop.foreach_edit import foreach_changes
 
     path = tmp_path / "update.py"
     path.write_text("def update(queries, keys, m):\n"
@@ -127,7 +127,7 @@ def test_a_loop_advisor_cannot_rewrite_with_certainty_is_left_with_the_reason(tm
 
 def test_the_new_names_are_not_taken_from_the_function(tmp_path):
     from advisor.rulekit.codemods import NoEdit, Source
-    from advisor.rulekit.foreach_edit import foreach_changes
+    from advisor.rules.model.tensor_loop.foreach_edit import foreach_changes
 
     path = tmp_path / "update.py"
     path.write_text("def update(queries, keys, m):\n"

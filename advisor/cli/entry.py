@@ -24,7 +24,7 @@ from advisor.errors import stop_name, stop_on_signals
 from advisor.report.terminal import print_problems, print_summary
 from advisor.report.write import write_reports
 from advisor.rulekit import severity
-from advisor.rulekit.engine import BrokenInstall, load_rules
+from advisor.rulekit.engine import load_rules
 from advisor.rulekit.thresholds import SettingError, with_settings
 from advisor.trace.cluster import ClusterError
 from advisor.trace.gc_pause import gc_paused
@@ -67,7 +67,7 @@ def _audit_and_report(audit_with, subject: str, stem: str, out_dir: str, formats
     progress = (lambda text: None) if quiet else (lambda text: click.echo(f"[advisor] {text}", err=True))
     try:
         result = audit_with(progress)
-    except (SettingError, BrokenInstall) as bad:
+    except SettingError as bad:
         fail(str(bad), debug)
     except KeyboardInterrupt as interruption:  # where no partial report can be written (advisor run writes one)
         fail(f"{subject}: interrupted ({stop_name(interruption)}); every process advisor started was ended", debug)
@@ -177,7 +177,7 @@ def ready(model_file, batch_sizes, latency_budget, precision, precision_toleranc
     check_model_file(model_file)
     try:
         limits = with_settings(LIMITS_OWNER, LIMITS, settings)
-    except (SettingError, BrokenInstall) as bad:
+    except SettingError as bad:
         fail(str(bad), debug)
     options = ReadyRunOptions(
         model_file=model_file, out_dir=out_dir, formats=chosen, batch_sizes=sizes, device=device, timeout=timeout,
@@ -214,7 +214,7 @@ def _analyze(options: AnalyzeOptions, first_path: str, out_dir: str, chosen: tup
              debug: bool) -> int:
     try:
         result = run_analyze(options)
-    except (SettingError, BrokenInstall, ClusterError) as bad:
+    except (SettingError, ClusterError) as bad:
         fail(str(bad), debug)
     except Exception as unexpected:  # noqa: BLE001
         fail(f"{first_path}: internal error in advisor: {type(unexpected).__name__}: {unexpected}", debug)

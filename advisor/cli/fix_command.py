@@ -13,7 +13,6 @@ from advisor.assembly.build import failed
 from advisor.cli.common import check_model_file, fail, model_file_options
 from advisor.errors import stop_name
 from advisor.report.terminal import print_problems
-from advisor.rulekit.engine import BrokenInstall
 from advisor.rulekit.thresholds import SettingError
 
 
@@ -59,7 +58,7 @@ def fix(target, from_report, unsafe, apply_edits, out_dir, rule_dirs, settings, 
             from advisor.fix.apply import apply_patch
 
             written["applied"] = ", ".join(apply_patch(result.plan))
-    except (SettingError, BrokenInstall) as bad:
+    except SettingError as bad:
         fail(str(bad), debug)
     except KeyboardInterrupt as interruption:
         fail(f"{model_file}: interrupted ({stop_name(interruption)}); the source files were not changed", debug)

@@ -58,10 +58,6 @@ class RuleSet:
             self.rules.append(candidate)
 
 
-class BrokenInstall(RuntimeError):
-    """advisor's own files are not all importable: no audit can run, whatever the user's files are."""
-
-
 BUILTIN_PACK = "advisor.rules"  # the rule pack shipped with advisor, loaded by name like any plug-in
 
 
@@ -69,15 +65,7 @@ def load_rules(extra_dirs: Iterable[str] = ()) -> RuleSet:
     """The built-in pack's rules, then each ``--rules`` folder's; a broken file is a problem, not a crash."""
     ruleset = RuleSet()
     pack = importlib.util.find_spec(BUILTIN_PACK)
-    if pack is None:  # the package is importable but its rule pack is not: a checkout run without its install
-        raise BrokenInstall(
-            f"advisor's built-in rules ({BUILTIN_PACK}, the rules/ folder of its source) cannot be imported beside "
-            f"{os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}: this advisor is not installed from where "
-            f"it runs (a checkout run without `pip install -e .`, or an install moved since); install it again")
-    for info in sorted(pkgutil.iter_modules(pack.submodule_search_locations or []), key=lambda i: i.name):
-        if info.name.startswith("_"):
-            continue
-        name = f"{BUILTIN_PACK}.{info.name}"
+    for name in _rule_modules(pack.submodule_search_locations or []):
         try:
             module = importlib.import_module(name)
         except Exception as broken:  # noqa: BLE001
@@ -88,6 +76,19 @@ def load_rules(extra_dirs: Iterable[str] = ()) -> RuleSet:
         _load_directory(ruleset, directory)
     ruleset.rules.sort(key=lambda r: r.code)
     return ruleset
+
+
+def _rule_modules(pack_folders: Iterable[str]) -> list[str]:
+    """The pack's rule modules by name: each module of a layer's folder, or the package of a rule that keeps code
+    beside it (its ``__init__``); the modules inside a rule's package are its own, not rules."""
+    names = []
+    for layer in sorted(pkgutil.iter_modules(list(pack_folders)), key=lambda i: i.name):
+        if not layer.ispkg or layer.name.startswith("_"):
+            continue
+        folder = os.path.join(layer.module_finder.path, layer.name)
+        names += [f"{BUILTIN_PACK}.{layer.name}.{info.name}" for info in pkgutil.iter_modules([folder])
+                  if not info.name.startswith("_")]
+    return sorted(names)
 
 
 def _load_directory(ruleset: RuleSet, directory: str) -> None:

@@ -47,9 +47,9 @@ from typing import Iterator
 from advisor.evidence import Evidence
 from advisor.opnames import FOREACH_OPERATORS_TORCH_2_13, METADATA_OP_PREFIXES, ROOF_NO_WORK
 from advisor.rulekit.codemods import NoEdit
-from advisor.rulekit.foreach_edit import foreach_changes
 from advisor.rulekit.loops import enclosing_loop
 from advisor.rulekit.rule import Clean, Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
+from advisor.rules.model.tensor_loop.foreach_edit import foreach_changes
 from advisor.sources import is_library_path, site_label
 from advisor.trace.parse import SourceCall, Trace
 
@@ -189,7 +189,7 @@ def expected(finding: Finding) -> str:
 @check.patch(what="the loop's update written as torch._foreach_* calls over lists of its tensors", tolerance=1e-5)
 def patch(files, finding):
     """The loop the finding names, where its body is one moving average, scaling or scaled addition per tensor
-    (``advisor.rulekit.foreach_edit``); any other body is left to the user, with the reason."""
+    (``advisor.rules.model.tensor_loop.foreach_edit``); any other body is left to the user, with the reason."""
     loop = next((place for place in finding.locations if place.note == "the loop"), None)
     if loop is None or not loop.file:
         raise NoEdit("the finding names no loop in the user's source")

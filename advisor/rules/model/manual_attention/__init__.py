@@ -52,10 +52,10 @@ from typing import Callable, Iterator
 
 from advisor.evidence import Evidence, GraphNode
 from advisor.opnames import CAUSAL_BUILDERS
-from advisor.rulekit.attention_rewrite import SdpaRewrite
 from advisor.rulekit.fixing import compiled_with
 from advisor.rulekit.patterns import BADDBMM, MASKS, find_attention, mask_operands
 from advisor.rulekit.rule import Clean, Finding, Fix, Layer, Location, Severity, Thresholds, rule
+from advisor.rules.model.manual_attention.sdpa_rewrite import SdpaRewrite
 from advisor.sources import site_label
 
 TRIANGULAR_BUFFERS = {"lower-triangular", "upper-triangular"}  # GraphNode.value_kind of a causal mask buffer
@@ -137,7 +137,7 @@ def fix(target, finding):
 def patch(files, finding):
     """Each block the finding names (from its scores line to its output line), when it is the plain chain
     ``attention_edit`` reads; the dropout, the mask and the scale carried over."""
-    from advisor.rulekit.attention_edit import sdpa_changes
+    from advisor.rules.model.manual_attention.sdpa_edit import sdpa_changes
 
     changes = []
     for place in finding.locations:

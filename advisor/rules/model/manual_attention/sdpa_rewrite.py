@@ -1,6 +1,6 @@
 """manual-attention's rewrite: each hand-written attention block the matcher finds (``rulekit/patterns.py``) replaced
 in the captured graph by ``F.scaled_dot_product_attention`` with the same scale, masks and dropout, or left as
-written with the reason. Beside the rule (``rules/manual_attention.py``), which verifies it as its fix."""
+written with the reason. Beside the rule (this package's ``__init__``), which verifies it as its fix."""
 
 from __future__ import annotations
 

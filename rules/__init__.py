@@ -1,1 +1,0 @@
-"""The built-in rule pack: one rule per file, its documentation in the module docstring."""
