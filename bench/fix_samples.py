@@ -28,7 +28,7 @@ sys.path.insert(0, ROOT)  # devkit: the saved evidence
 
 def fixable_samples(unsafe: bool) -> list[str]:
     """The samples whose saved evidence plans at least one patched edit."""
-    from advisor.fix.patch_plan import plan_patch
+    from advisor.patch.patch_plan import plan_patch
     from advisor.rulekit.engine import load_rules, run_rules
     from devkit.saved_evidence import recorded_samples, saved_evidence
 

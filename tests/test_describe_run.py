@@ -8,7 +8,7 @@ import copy
 import pytest
 import torch
 
-from advisor.run.describe_run import Missing
+from advisor.script.describe_run import Missing
 from advisor.workload.model_copy import model_copy
 
 
@@ -65,7 +65,7 @@ def test_each_part_that_fails_is_named_with_its_facts_and_the_rest_goes_on(tmp_p
 def test_a_call_is_kept_with_its_keyword_arguments_detached_and_copied():
     """What the graph capture replays of a model called as model(**batch): the same names, the same values, none of
     them the script's own tensors (it may change them in place after the call)."""
-    from advisor.run.recorded_calls import RecordedCall, kept
+    from advisor.script.recorded_calls import RecordedCall, kept
 
     ids = torch.arange(6).reshape(2, 3)
     weights = torch.ones(3, requires_grad=True) * 2
@@ -111,7 +111,7 @@ def test_a_keyword_only_weight_normed_sample_is_read_in_every_stage():
 def test_the_model_is_the_users_smallest_module_holding_the_optimizers_parameters_whatever_else_holds_its_parts():
     """A GP's likelihood is held by its model and by the marginal likelihood that holds the model too: climbing from
     the likelihood's parameter reaches both; the user's model, not the library's wrapper of the same parameters."""
-    from advisor.run.describe_run import owner_of
+    from advisor.script.describe_run import owner_of
 
     class Likelihood(torch.nn.Module):
         def __init__(self):

@@ -15,7 +15,7 @@ from test_step_log import recorded_run
 from advisor.evidence import Evidence, TargetInfo, Timing
 from advisor.machine.collector_pauses import CollectorPauses
 from advisor.rulekit.engine import load_rules, run_rules
-from advisor.run.collector import CollectorWatch
+from advisor.script.collector import CollectorWatch
 from conftest import SAMPLES
 
 RULES = load_rules()

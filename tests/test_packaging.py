@@ -71,4 +71,4 @@ def test_the_installed_wheel_analyzes_a_trace(wheel, tmp_path):
                           capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
     assert done.returncode in (0, 1), done.stderr[-2000:]  # 1: findings at the failing severity
     assert list((tmp_path / "out").glob("*.json")), done.stdout + done.stderr
-    assert (target / "advisor" / "run" / "boot" / "sitecustomize.py").is_file()
+    assert (target / "advisor" / "script" / "boot" / "sitecustomize.py").is_file()

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from advisor.fix.patch_plan import plan_patch
+from advisor.patch.patch_plan import plan_patch
 from advisor.rulekit.engine import load_rules
 from advisor.rulekit.rule import Finding, Location, Severity
 
@@ -157,7 +157,7 @@ def test_a_ddp_jobs_three_findings_become_one_patch_of_its_script():
 
 
 def test_apply_refuses_a_file_changed_since_it_was_read_or_an_old_backup_and_writes_nothing(tmp_path):
-    from advisor.fix.apply import BACKUP_SUFFIX, ApplyRefused, apply_patch
+    from advisor.patch.apply import BACKUP_SUFFIX, ApplyRefused, apply_patch
 
     model = tmp_path / "model.py"
     model.write_text("def step(optimizer):\n    optimizer.zero_grad(set_to_none=False)  # keep this comment\n")

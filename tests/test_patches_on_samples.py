@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from advisor.fix.patch_plan import plan_patch
+from advisor.patch.patch_plan import plan_patch
 from advisor.rulekit.engine import load_rules
 
 PATCHES = Path(__file__).parent / "data" / "patches"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from advisor.rulekit.engine import load_rules
-from advisor.run.arms import Arm, RunVerifier
+from advisor.verify.arms import Arm, RunVerifier
 
 
 def _results(loss: float, gradient: float) -> dict:

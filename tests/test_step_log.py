@@ -16,9 +16,9 @@ from advisor.machine.collector_pauses import CollectorPauses
 from advisor.machine.step_log import LoggedStep, RolloutPlace, StepLog
 from advisor.rulekit.engine import load_rules, run_rules
 from advisor.rulekit.rule import Severity
-from advisor.run.collector import CollectorWatch
-from advisor.run.inference_calls import InferenceCalls
-from advisor.run.logged_steps import StepRecorder
+from advisor.script.collector import CollectorWatch
+from advisor.script.inference_calls import InferenceCalls
+from advisor.script.logged_steps import StepRecorder
 from conftest import SAMPLES, line_of, share_finding
 from devkit.saved_evidence import relocated
 

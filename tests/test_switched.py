@@ -1,4 +1,4 @@
-"""The A/B inside one run of a script (advisor/run/switched.py): the blocks' schedule, when a run ends itself,
+"""The A/B inside one run of a script (advisor/verify/switched.py): the blocks' schedule, when a run ends itself,
 the numerics of the probe as the parent judges them, and the power every verdict states. Pure logic: the steps'
 times are given, as the window would give them."""
 
@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from advisor.rulekit.engine import load_rules
-from advisor.run.arms import RunVerifier
-from advisor.run.switched import LEAST_PAIRS, Blocks
-from advisor.run.switched_arms import probe_numerics
+from advisor.verify.arms import RunVerifier
 from advisor.verify.measure import smallest_resolvable, verdict
+from advisor.verify.switched import LEAST_PAIRS, Blocks
+from advisor.verify.switched_arms import probe_numerics
 
 
 class SwitchRecord:

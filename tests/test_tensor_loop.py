@@ -75,8 +75,8 @@ def test_each_update_loop_is_rewritten_as_foreach_calls_that_compute_the_same_te
     loop gone."""
     import torch
 
-    from advisor.fix.edits import applied
-    from advisor.rulekit.codemods import Source
+    from advisor.patch.codemods import Source
+    from advisor.patch.edits import applied
     from advisor.rules.model.tensor_loop.foreach_edit import foreach_changes
 
     path = tmp_path / "update.py"
@@ -114,7 +114,7 @@ def test_each_update_loop_is_rewritten_as_foreach_calls_that_compute_the_same_te
     ("k.clamp_(min=0)", "no foreach form"),
 ])
 def test_a_loop_advisor_cannot_rewrite_with_certainty_is_left_with_the_reason(tmp_path, body, why):
-    from advisor.rulekit.codemods import NoEdit, Source
+    from advisor.patch.codemods import NoEdit, Source
     from advisor.rules.model.tensor_loop.foreach_edit import foreach_changes
 
     path = tmp_path / "update.py"
@@ -126,7 +126,7 @@ def test_a_loop_advisor_cannot_rewrite_with_certainty_is_left_with_the_reason(tm
 
 
 def test_the_new_names_are_not_taken_from_the_function(tmp_path):
-    from advisor.rulekit.codemods import NoEdit, Source
+    from advisor.patch.codemods import NoEdit, Source
     from advisor.rules.model.tensor_loop.foreach_edit import foreach_changes
 
     path = tmp_path / "update.py"

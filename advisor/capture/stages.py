@@ -201,9 +201,9 @@ def _graph(state: dict, progress: Callable[[str], None]) -> str:
 
 @stage("calls", runs_the_step=True)
 def _calls(state: dict, progress: Callable[[str], None]) -> str:
-    from advisor.capture.autocast import step_autocast, watching_autocast
     from advisor.capture.calls import watch_step_calls
     from advisor.opnames import PROFILERS
+    from advisor.workload.autocast import step_autocast, watching_autocast
 
     with watching_autocast() as seen:
         sites = watch_step_calls(state["target"], state.get("warm_step"))

@@ -42,7 +42,7 @@ def fix(target, from_report, unsafe, apply_edits, out_dir, rule_dirs, settings, 
         if not model_file or not os.path.isfile(model_file):
             fail(f"{' '.join(command)}: no Python script in the command (advisor fix -- python train.py)")
     from advisor.commands.fix import FixOptions, run_fix
-    from advisor.report.fix_summary import print_fix, write_fix
+    from advisor.patch.summary import print_patch, write_patch
 
     options = FixOptions(model_file=model_file, command=command, from_report=from_report or "", unsafe=unsafe,
                          out_dir=out_dir,
@@ -51,11 +51,11 @@ def fix(target, from_report, unsafe, apply_edits, out_dir, rule_dirs, settings, 
     progress = (lambda text: None) if quiet else (lambda text: click.echo(f"[advisor] {text}", err=True))
     try:
         result = run_fix(options, progress)
-        written = write_fix(result.report, result.patch, out_dir, os.path.splitext(os.path.basename(model_file))[0])
+        written = write_patch(result.report, result.patch, out_dir, os.path.splitext(os.path.basename(model_file))[0])
         if apply_edits:
             if not verify:
                 raise ValueError("--apply writes only re-audited edits, and --no-verify skips the re-audit")
-            from advisor.fix.apply import apply_patch
+            from advisor.patch.apply import apply_patch
 
             written["applied"] = ", ".join(apply_patch(result.plan))
     except SettingError as bad:
@@ -69,5 +69,5 @@ def fix(target, from_report, unsafe, apply_edits, out_dir, rule_dirs, settings, 
     if failed(result.report):  # the audit itself did not run (a file that does not load): nothing was patched
         print_problems(result.report, model_file, debug)
         fail(f"{model_file}: the audit did not complete, so no fix was planned; no source file was changed", debug)
-    print_fix(result.report, result.patch, written)
+    print_patch(result.report, result.patch, written)
     sys.exit(0)

@@ -112,8 +112,8 @@ def _patch_child(spec: dict, finding: Finding, rule, budget_s: float, options: A
                  files: FileSession, rules: RuleConfig) -> Verification:
     """The finding's edit of the source written into a scratch copy of the model's folder, measured against the
     original in a verification child; where no edit can be made, the reason and the rule's advice."""
-    from advisor.fix.patch_plan import plan_patch
-    from advisor.fix.patched_copy import measure_patched_model, patch_tolerance, patched_copy
+    from advisor.patch.patch_plan import plan_patch
+    from advisor.verify.patched_copy import measure_patched_model, patch_tolerance, patched_copy
 
     model_file = spec["model_file"]
     plan = plan_patch([finding], rules.ruleset, entry=model_file, root=os.path.dirname(model_file))

@@ -2,7 +2,7 @@
 user's source, re-audited.
 
 The audit's findings (a fresh audit, or ``--from`` a saved JSON report) each get their rule's edit
-(``advisor.fix.patch_plan``). The patched files are written into a scratch copy of the model's folder, never
+(``advisor.patch.patch_plan``). The patched files are written into a scratch copy of the model's folder, never
 the user's, and measured there as a fix is: the patched model against the original in one verification
 child (numerics within the rule's tolerance, then interleaved timing and its bootstrap interval), each edit
 alone, through the one orchestration. The patched copy is audited again to check the findings are gone, and
@@ -20,12 +20,12 @@ from typing import Callable
 
 from advisor.commands.audit import VERIFY_MARGIN_S, AuditOptions, run_audit
 from advisor.files.session import FileSession
-from advisor.fix.patch_plan import PatchPlan, plan_patch
-from advisor.fix.patched_copy import measure_patched_model, patch_tolerance, patched_copy
+from advisor.patch.patch_plan import PatchPlan, plan_patch
 from advisor.report.schema import Report
 from advisor.rulekit.engine import RuleConfig
 from advisor.rulekit.rule import Finding, SourceEdit, Verification
 from advisor.verify.orchestrate import contended_loss, measure_fixes
+from advisor.verify.patched_copy import measure_patched_model, patch_tolerance, patched_copy
 
 # what a measurement leaves in the patch: all but an edit that breaks numerics, fails to run or is measured slower
 # (on a machine that was quiet while it was measured)

@@ -12,7 +12,7 @@ from advisor.files.session import FileSession
 from advisor.report.schema import Report
 from advisor.rulekit.engine import RuleConfig
 from advisor.rulekit.rule import Finding, Verification
-from advisor.run.arms import RunVerifier
+from advisor.verify.arms import RunVerifier
 
 
 class Script:

@@ -97,7 +97,7 @@ def _remeasure_scripts(options: RemeasureOptions, progress: Callable[[str], None
     import tempfile
 
     from advisor.commands.run import RunOptions, run_script
-    from advisor.run.arms import RunsInterrupted, RunVerifier
+    from advisor.verify.arms import RunsInterrupted, RunVerifier
 
     rules = RuleConfig.load([], [], [])
     old = [sys.executable, os.path.abspath(options.old_file), *options.script_args]

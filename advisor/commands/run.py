@@ -16,9 +16,9 @@ from advisor.errors import StageError
 from advisor.files.session import FileSession
 from advisor.report.schema import VerificationSettings
 from advisor.rulekit.engine import RuleConfig
-from advisor.run.arms import RunVerifier
 from advisor.run.gathered_run import gathered_run
 from advisor.run.launch import ScriptRun, discard, launch
+from advisor.verify.arms import RunVerifier
 
 
 @dataclass(kw_only=True)

@@ -8,7 +8,7 @@ began*: the journal's copies first, then the disk. The shadow is thrown away aft
 experiments never change the user's files, and every arm starts from the same state.
 
 Both layers are installed by interposition in each Python process of the run (``interpose``),
-from the bootstrap (``advisor/run/boot``), before the script's first line. ``gate`` counts the
+from the bootstrap (``advisor/script/boot``), before the script's first line. ``gate`` counts the
 writes in flight, so that a process advisor stops is stopped between two writes, with every open
 file flushed; ``stop`` carries advisor's stop request to the process.
 

@@ -162,6 +162,12 @@ class Finding(Record):
                                                     "machine (measured under contention); empty when it was quiet")
 
 
+def expected_gain(finding: Finding) -> tuple[int, float]:
+    """Sort key, most expected gain first: by severity, then by the share of the step the finding explains."""
+    rank = finding.severity.rank if finding.severity is not None else -1
+    return -rank, -(finding.impact or 0.0)
+
+
 CheckFn = Callable[..., Iterator[Finding]]
 
 SLUG_PATTERN = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
@@ -207,7 +213,7 @@ class FixSpec:
 @dataclass(frozen=True)
 class PatchSpec:
     """A rule's fix as an edit of the user's source (``@check.patch``): ``apply(source, finding)`` returns
-    the changes (``advisor.rulekit.codemods``). ``safe``: the edit keeps results within the fix's tolerance;
+    the changes (``advisor.patch.codemods``). ``safe``: the edit keeps results within the fix's tolerance;
     an unsafe one (eval mode, reduced precision) changes them by design and is made only when asked."""
 
     apply: Callable[..., Any]

@@ -1,7 +1,6 @@
-"""``advisor run -- python train.py``: audit an unmodified script.
-
-The command runs as given with a bootstrap on ``PYTHONPATH`` (``boot/sitecustomize.py``): in the
-script's own process, once torch is imported, ``window.StepWindow`` watches step boundaries
-(optimizer steps, or top-level forwards for inference), times a window of steps profiler-free,
-profiles a few more, and writes what it measured for ``launch.py`` to turn into Evidence.
+"""``advisor run -- python train.py``, the parent's side: the command run as given with the bootstrap on
+``PYTHONPATH`` (``launch.py``; the bootstrap and the step window it installs in the script are
+``advisor/script/``), what ended a step (``kinds.py``), each rank's failure read back (``rank_failures.py``)
+and what the window wrote turned into evidence (``gathered_run.py``). A fix is verified in further runs of the
+script by ``verify/arms.py``.
 """

@@ -21,7 +21,7 @@ import threading
 from advisor.files import stop
 from advisor.machine.conditions import OWN_GROUP_ENV
 
-BOOT_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "run", "boot")
+BOOT_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "script", "boot")
 OUTPUT_LIMIT = 8000  # characters of the child's stdout/stderr kept for the report
 EXIT_WAIT_S = 5.0  # a child that finished: how long it may take to shut down before its group is killed
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from advisor.records import Field, Record
 from advisor.rulekit.engine import RuleSet
-from advisor.rulekit.rule import Finding, Verification
+from advisor.rulekit.rule import Finding, Verification, expected_gain
 
 
 class MeasuredFixes(Record):
@@ -19,12 +19,6 @@ class MeasuredFixes(Record):
     combined: Verification | None = None
     apart: list[str] = Field(default_factory=list, description="verified fixes that cannot join the others "
                                                                "(a memory fix, a source patch), by rule")
-
-
-def expected_gain(finding: Finding) -> tuple[int, float]:
-    """Sort key, most expected gain first."""
-    rank = finding.severity.rank if finding.severity is not None else -1
-    return -rank, -(finding.impact or 0.0)
 
 
 def plan_verification(findings: list[Finding], ruleset: RuleSet, device: str,

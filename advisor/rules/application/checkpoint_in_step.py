@@ -32,7 +32,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from advisor.evidence import Evidence
-from advisor.rulekit.codemods import NoEdit
+from advisor.patch.codemods import NoEdit
 from advisor.rulekit.fixing import silenced, with_switches
 from advisor.rulekit.helpers import no_calls
 from advisor.rulekit.rule import Clean, Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule

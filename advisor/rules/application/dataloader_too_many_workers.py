@@ -31,8 +31,8 @@ from __future__ import annotations
 from typing import Iterator
 
 from advisor.evidence import Evidence
+from advisor.patch.common_sites import at_loader_call
 from advisor.rulekit.fixing import replace_target
-from advisor.rulekit.patching import at_loader_call
 from advisor.rulekit.rule import Clean, Finding, Fix, Layer, Margin, Severity, Threshold, Thresholds, rule
 
 

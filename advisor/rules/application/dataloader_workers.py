@@ -35,8 +35,8 @@ import math
 from typing import Iterator
 
 from advisor.evidence import SHARE_NOISE_FLOOR, DataLoaderInfo, Evidence, Margin
+from advisor.patch.common_sites import at_loader_call
 from advisor.rulekit.fixing import replace_target
-from advisor.rulekit.patching import at_loader_call
 from advisor.rulekit.rule import Clean, Finding, Fix, Layer, Severity, Threshold, Thresholds, rule
 
 DOCS = ["https://pytorch.org/docs/stable/data.html#multi-process-data-loading",

@@ -36,8 +36,8 @@ import math
 from typing import Iterator
 
 from advisor.evidence import Evidence
+from advisor.patch.common_sites import at_ddp_call
 from advisor.rulekit.fixing import replace_target
-from advisor.rulekit.patching import at_ddp_call
 from advisor.rulekit.rule import Clean, Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
 
 MB = 2**20

@@ -32,9 +32,9 @@ from __future__ import annotations
 from typing import Iterator
 
 from advisor.evidence import Evidence
+from advisor.patch.common_sites import at_call_sites
 from advisor.rulekit.fixing import silenced, with_switches
 from advisor.rulekit.helpers import no_calls
-from advisor.rulekit.patching import at_call_sites
 from advisor.rulekit.rule import Clean, Finding, Fix, Layer, Location, Severity, Thresholds, rule
 
 API = "torch.cuda.empty_cache"

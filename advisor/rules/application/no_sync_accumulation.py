@@ -37,8 +37,8 @@ from __future__ import annotations
 from typing import Iterator
 
 from advisor.evidence import Evidence
+from advisor.patch.common_sites import no_sync_loop
 from advisor.rulekit.fixing import replace_target
-from advisor.rulekit.patching import no_sync_loop
 from advisor.rulekit.rule import Clean, Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
 
 

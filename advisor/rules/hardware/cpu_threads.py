@@ -36,7 +36,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from advisor.evidence import Evidence
-from advisor.rulekit.codemods import NoEdit
+from advisor.patch.codemods import NoEdit
 from advisor.rulekit.fixing import with_threads
 from advisor.rulekit.rule import Clean, Finding, Fix, Layer, Severity, Threshold, Thresholds, rule
 

@@ -35,7 +35,7 @@ from typing import Iterator
 
 from advisor.evidence import Evidence
 from advisor.opnames import CONV_2D_MODULES, CONV_WORK_OPS, REDUCED_DTYPES
-from advisor.rulekit.codemods import NoEdit
+from advisor.patch.codemods import NoEdit
 from advisor.rulekit.fixing import replace_target
 from advisor.rulekit.helpers import outermost, slower_than_float32
 from advisor.rulekit.rule import Clean, Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule

@@ -53,10 +53,10 @@ from typing import Iterator
 
 from advisor.evidence import Evidence
 from advisor.opnames import RECURRENT_OPS
-from advisor.rulekit.codemods import NoEdit
+from advisor.patch.codemods import NoEdit
+from advisor.patch.common_sites import model_built_for
 from advisor.rulekit.fixing import replace_target
 from advisor.rulekit.helpers import runs_compiled
-from advisor.rulekit.patching import model_built_for
 from advisor.rulekit.rule import Clean, Finding, Fix, Layer, Location, Margin, Severity, Threshold, Thresholds, rule
 from advisor.sources import is_library_path, site_label
 from advisor.stats import median, percentile

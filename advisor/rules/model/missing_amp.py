@@ -40,10 +40,10 @@ from typing import Iterator
 
 from advisor.evidence import Evidence
 from advisor.opnames import MATMUL_FLOP_OPS, MATMUL_OPS, WIDER_THAN_FLOAT32
-from advisor.rulekit.codemods import NoEdit
+from advisor.patch.codemods import NoEdit
+from advisor.patch.common_sites import forward_and_loss
 from advisor.rulekit.fixing import replace_target
 from advisor.rulekit.helpers import is_ampere_or_newer, low_precision, outermost, slower_than_float32
-from advisor.rulekit.patching import forward_and_loss
 from advisor.rulekit.rule import Clean, Finding, Fix, Layer, Location, Margin, Severity, Threshold, Thresholds, rule
 
 # A model whose parameters are mostly bf16/fp16 already computes in reduced precision.

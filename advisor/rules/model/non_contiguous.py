@@ -57,7 +57,7 @@ from advisor.opnames import (
     NEEDS_CONTIGUOUS,
     USER_COPY_APIS,
 )
-from advisor.rulekit.codemods import NoEdit
+from advisor.patch.codemods import NoEdit
 from advisor.rulekit.fixing import compiled_with, finish_graph, node_name
 from advisor.rulekit.helpers import is_broadcast, is_contiguous, outermost, slower_than_float32
 from advisor.rulekit.rule import Clean, Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule

@@ -27,8 +27,8 @@ from __future__ import annotations
 from typing import Iterator
 
 from advisor.evidence import Evidence
+from advisor.patch.common_sites import removed_call
 from advisor.rulekit.fixing import replace_target
-from advisor.rulekit.patching import removed_call
 from advisor.rulekit.rule import Clean, Finding, Fix, Layer, Severity, Thresholds, rule
 
 

@@ -33,8 +33,8 @@ from collections import Counter
 from typing import Iterator
 
 from advisor.evidence import Evidence
+from advisor.patch.common_sites import removed_call
 from advisor.rulekit.helpers import no_calls
-from advisor.rulekit.patching import removed_call
 from advisor.rulekit.rule import Clean, Finding, Fix, Layer, Location, Severity, Thresholds, rule
 
 DEBUG_APIS = ("torch.autograd.gradcheck", "torch.autograd.gradgradcheck", "torch.profiler.profile",

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from advisor.rulekit.codemods import Change, NoEdit, Source
+from advisor.patch.codemods import Change, NoEdit, Source
 
 
 def sdpa_changes(source: Source, first_line: int, last_line: int) -> list[Change]:

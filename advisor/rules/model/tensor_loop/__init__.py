@@ -46,7 +46,7 @@ from typing import Iterator
 
 from advisor.evidence import Evidence
 from advisor.opnames import FOREACH_OPERATORS_TORCH_2_13, METADATA_OP_PREFIXES, ROOF_NO_WORK
-from advisor.rulekit.codemods import NoEdit
+from advisor.patch.codemods import NoEdit
 from advisor.rulekit.loops import enclosing_loop
 from advisor.rulekit.rule import Clean, Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
 from advisor.rules.model.tensor_loop.foreach_edit import foreach_changes

@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from advisor.rulekit.codemods import Change, NoEdit, Source
+from advisor.patch.codemods import Change, NoEdit, Source
 
 NEW_NAMES = ("pairs", "targets", "target", "source")
 

@@ -12,7 +12,7 @@ from advisor.report.schema import Report
 from advisor.report.write import write_reports
 
 
-def write_fix(report: Report, patch: str, out_dir: str, stem: str) -> dict[str, str]:
+def write_patch(report: Report, patch: str, out_dir: str, stem: str) -> dict[str, str]:
     """``<stem>.patch``, and the report with each finding's edit as ``<stem>.fix.json`` and ``.fix.html``."""
     written = write_reports(report, out_dir, f"{stem}.fix", ("json", "html"))
     path = os.path.join(out_dir, f"{stem}.patch")
@@ -41,7 +41,7 @@ def edit_line(finding) -> str:
     return line
 
 
-def print_fix(report: Report, patch: str, written: dict[str, str]) -> None:
+def print_patch(report: Report, patch: str, written: dict[str, str]) -> None:
     if patch:
         click.echo(patch, nl=False)
     lines = [edit_line(f) for f in report.findings if f.edit is not None]

@@ -20,7 +20,7 @@ from advisor.run.kinds import BACKWARD, FORWARD
 from advisor.sources import user_frame
 
 if TYPE_CHECKING:
-    from advisor.run.window import StepWindow
+    from advisor.script.window import StepWindow
 
 OPTIMIZER_CREATED = "an optimizer was created"
 

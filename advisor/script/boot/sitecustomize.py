@@ -39,7 +39,7 @@ if os.environ.get("ADVISOR_FILES"):
 if os.environ.get("ADVISOR_RUN_SPEC") and not os.environ.get("ADVISOR_RUN_OWNER") and not _torchrun_launcher():
     os.environ["ADVISOR_RUN_OWNER"] = str(os.getpid())  # children inherit it and stay untouched
     try:
-        from advisor.run.window import prepare
+        from advisor.script.window import prepare
 
         prepare(os.environ["ADVISOR_RUN_SPEC"])
     except Exception as failure:  # noqa: BLE001 - never break the user's script

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from advisor.run.kinds import FORWARD
 
 if TYPE_CHECKING:
-    from advisor.run.window import StepWindow
+    from advisor.script.window import StepWindow
 
 
 class MeasuredRun:
@@ -31,8 +31,8 @@ class MeasuredRun:
         from torch.optim.optimizer import register_optimizer_step_pre_hook
 
         from advisor.rulekit.rule import NotVerifiable
-        from advisor.run.first_results import FirstResults
-        from advisor.run.inject import Injection, fixed_target, model_matcher, on_first_call
+        from advisor.verify.first_results import FirstResults
+        from advisor.verify.inject import Injection, fixed_target, model_matcher, on_first_call
 
         random.seed(0)
         torch.manual_seed(0)
@@ -52,8 +52,8 @@ class MeasuredRun:
         if switched:
             from torch.optim.optimizer import register_optimizer_step_post_hook
 
-            from advisor.run.failures import distributed
-            from advisor.run.switched import Blocks, Switch
+            from advisor.script.failures import distributed
+            from advisor.verify.switched import Blocks, Switch
 
             self.switch = Switch(self.injection)
             self.blocks = Blocks(self.switch, switched, distributed)
@@ -76,7 +76,7 @@ class MeasuredRun:
         self.injection.enter_switches()
         if self.injection.changes_model:
             self.injection.fix_model(model)
-        from advisor.capture.autocast import watch_precision
+        from advisor.workload.autocast import watch_precision
 
         results = self.results
         # the precision its first call computes in, read in a run without a change to the model (hooks inside a

@@ -14,7 +14,7 @@ from advisor.sources import is_library_path
 from advisor.workload.model_copy import model_copy
 
 if TYPE_CHECKING:
-    from advisor.run.window import StepWindow
+    from advisor.script.window import StepWindow
 
 
 def the_model(window: StepWindow) -> tuple[Any, list[str]]:

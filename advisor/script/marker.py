@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Callable
 from advisor.sources import is_library_path
 
 if TYPE_CHECKING:
-    from advisor.run.window import StepWindow
+    from advisor.script.window import StepWindow
 
 MOST_NAMES_KEPT = 40
 

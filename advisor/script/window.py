@@ -33,17 +33,17 @@ from typing import Any
 from advisor.files import intercept, stop
 from advisor.files.gate import GATE
 from advisor.files.intercept import suspended
-from advisor.run.collector import CollectorWatch
-from advisor.run.failures import watch_failures
-from advisor.run.inference_calls import InferenceCalls
 from advisor.run.kinds import FORWARD, MARKER, OPTIMIZER, PROFILER_STEP, RANK
-from advisor.run.logged_steps import StepRecorder
-from advisor.run.profiled_steps import ProfiledSteps
-from advisor.run.recorded_calls import RecordedCall, kept
-from advisor.run.step_contents import StepContents
-from advisor.run.stopping import StopRequest
-from advisor.run.training_signs import TrainingSigns
-from advisor.run.window_end import WindowEnd
+from advisor.script.collector import CollectorWatch
+from advisor.script.failures import watch_failures
+from advisor.script.inference_calls import InferenceCalls
+from advisor.script.logged_steps import StepRecorder
+from advisor.script.profiled_steps import ProfiledSteps
+from advisor.script.recorded_calls import RecordedCall, kept
+from advisor.script.step_contents import StepContents
+from advisor.script.stopping import StopRequest
+from advisor.script.training_signs import TrainingSigns
+from advisor.script.window_end import WindowEnd
 from advisor.sources import direct_user_caller
 
 ROUTED_BATCHES = 4  # real batches fed again to a copy of the model to count tokens per expert
@@ -128,7 +128,7 @@ class StepWindow(ProfiledSteps, TrainingSigns, WindowEnd):
         self.batches: dict[int, list[RecordedCall]] = {}  # each outermost module's first few calls (graph, routing)
         self.recording: RecordedCall | None = None  # the outermost call running now, when it is recorded
         self.calls = None  # the CallWatcher of the step after the profiled ones
-        from advisor.run.ddp import DDPWatcher
+        from advisor.script.ddp import DDPWatcher
 
         self.ddp = DDPWatcher()  # DistributedDataParallel models, under torchrun
         self.stop = StopRequest(self)  # advisor asking the script to stop (Ctrl-C, a signal, --timeout)
@@ -138,8 +138,8 @@ class StepWindow(ProfiledSteps, TrainingSigns, WindowEnd):
         from torch.nn.utils.parametrize import ParametrizationList
         from torch.optim.optimizer import register_optimizer_step_post_hook
 
-        from advisor.run.data_wait import watch_loaders
-        from advisor.run.training_signs import watch_training_signs
+        from advisor.script.data_wait import watch_loaders
+        from advisor.script.training_signs import watch_training_signs
         from advisor.workload.loader_site import watch_loader_sites
 
         self.parametrizations = (ParametrizationList,)
@@ -161,7 +161,7 @@ class StepWindow(ProfiledSteps, TrainingSigns, WindowEnd):
             return result
         torch.profiler.profile.step = profiler_step
         if self.measure_only:
-            from advisor.run.measured_run import MeasuredRun
+            from advisor.script.measured_run import MeasuredRun
 
             self.verification = MeasuredRun(self)
             self.verification.prepare()
@@ -181,7 +181,7 @@ class StepWindow(ProfiledSteps, TrainingSigns, WindowEnd):
         self.write("installed.json", {"pid": self.owner})
 
     def _find_marker(self) -> None:
-        from advisor.run.marker import MarkerWatch
+        from advisor.script.marker import MarkerWatch
 
         self.marker_watch = MarkerWatch(self, self.marker)
         self.marker_watch.install(lambda: self.boundary(MARKER))

@@ -8,13 +8,12 @@ import difflib
 import os
 from dataclasses import dataclass, field
 
-from advisor.fix.edits import applied, overlapping
-from advisor.rulekit.codemods import Change, NoEdit, Source
+from advisor.patch.codemods import Change, NoEdit, Source
+from advisor.patch.common_sites import Files
+from advisor.patch.edits import applied, overlapping
 from advisor.rulekit.engine import RuleSet
-from advisor.rulekit.patching import Files
-from advisor.rulekit.rule import Finding, SourceEdit
+from advisor.rulekit.rule import Finding, SourceEdit, expected_gain
 from advisor.sources import is_library_path
-from advisor.verify.plan import expected_gain
 
 
 @dataclass

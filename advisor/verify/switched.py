@@ -32,7 +32,7 @@ from typing import Any, Callable
 
 import torch
 
-from advisor.run.inject import Injection
+from advisor.verify.inject import Injection
 from advisor.verify.measure import ABResult, verdict
 
 FILE = "switched_numerics.pt"
@@ -61,7 +61,7 @@ class Probe:
         """The forward as the script has it and with the fix, on the same arguments; in training also the
         gradients of their outputs' mean (the script's loss is not known here). Both are the probe's own:
         their random draws and buffer updates are put back, and the script's forward runs after them."""
-        from advisor.capture.autocast import watch_precision
+        from advisor.workload.autocast import watch_precision
 
         self.forward_pending = False
         parameters = [p for p in model.parameters() if p.requires_grad] if torch.is_grad_enabled() else []

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from advisor.rulekit.codemods import Change, NoEdit, Source
-from advisor.rulekit.cst_nodes import ends_with_name
+from advisor.patch.codemods import Change, NoEdit, Source
+from advisor.patch.cst_nodes import ends_with_name
 
 LOADER_CALL_NOTE = "the DataLoader(...) call"
 

@@ -10,9 +10,9 @@ import time
 
 from advisor.files import intercept, stop
 from advisor.files.intercept import suspended
-from advisor.run.failures import distributed
 from advisor.run.kinds import FORWARD
-from advisor.run.step_contents import step_reading
+from advisor.script.failures import distributed
+from advisor.script.step_contents import step_reading
 
 
 class WindowEnd:
@@ -68,7 +68,7 @@ class WindowEnd:
                 self.write("window.json", measured)  # first: describing takes seconds, and torchrun may stop a rank
                 if not interrupted or self.samples_ms:
                     try:
-                        from advisor.run.describe_run import describe_run
+                        from advisor.script.describe_run import describe_run
                         describe_run(self)
                     except Exception as failure:  # noqa: BLE001 - what was measured is still written
                         self.write("describe_error.json", {"message": f"{type(failure).__name__}: {failure}"})

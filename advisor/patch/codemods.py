@@ -1,4 +1,4 @@
-"""What a rule author imports to write a fix as an edit of the user's source: find the call a finding
+"""What a rule author imports to write its patch, an edit of the user's source: find the call a finding
 names, change its keywords, remove it, or add a statement after the imports.
 
     @check.patch(what="zero_grad() with its default")
@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from advisor.rulekit.cst_nodes import after_imports_index, commas_fixed, dotted, ends_with_name, is_docstring
+from advisor.patch.cst_nodes import after_imports_index, commas_fixed, dotted, ends_with_name, is_docstring
 
 
 class NoEdit(Exception):

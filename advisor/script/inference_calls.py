@@ -11,7 +11,7 @@ import sys
 import time
 from typing import Any
 
-from advisor.run.rollout_sampler import RolloutSampler
+from advisor.script.rollout_sampler import RolloutSampler
 from advisor.sources import ADVISOR_DIR, TORCH_DIR, direct_user_caller, user_frame_of
 
 

@@ -11,7 +11,7 @@ import time
 from typing import Callable
 
 from advisor.files.session import FileSession
-from advisor.fix.patch_plan import PatchPlan
+from advisor.patch.patch_plan import PatchPlan
 from advisor.rulekit.rule import Finding, Rule, Verification
 from advisor.sandbox.supervisor import run_capture
 

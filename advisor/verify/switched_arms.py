@@ -14,7 +14,7 @@ import time
 from typing import Protocol
 
 from advisor.rulekit.rule import Verification
-from advisor.run.judging import LOADER_NOTE, MIN_PAIRS, judged, model_not_called, within
+from advisor.verify.judging import LOADER_NOTE, MIN_PAIRS, judged, model_not_called, within
 from advisor.verify.measure import ABResult, verdict
 
 BLOCK_S = 0.1  # a block's timed steps last about this long (two steps at the least, eight at the most: a

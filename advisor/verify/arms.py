@@ -32,8 +32,8 @@ from advisor.files.session import FileSession
 from advisor.machine.conditions import Watch
 from advisor.rulekit.engine import RuleSet
 from advisor.rulekit.rule import Finding, Verification
-from advisor.run.judging import LOADER_NOTE, MIN_PAIRS, judged, model_not_called, within
 from advisor.run.launch import launch
+from advisor.verify.judging import LOADER_NOTE, MIN_PAIRS, judged, model_not_called, within
 from advisor.verify.measure import ABResult, verdict
 from advisor.verify.orchestrate import measure_fixes
 from advisor.verify.plan import MeasuredFixes
@@ -126,7 +126,7 @@ class RunVerifier:
         tolerance = max((self.ruleset.get(f.slug).fix_spec.tolerance_for(f) for f in findings), default=1e-5)
         whole_runs = self._why_whole_runs(findings, fixes)
         if not whole_runs:
-            from advisor.run.switched_arms import measure_switched
+            from advisor.verify.switched_arms import measure_switched
 
             switched = measure_switched(self, fixes, tolerance, share_s)
             if isinstance(switched, Verification):
@@ -154,7 +154,7 @@ class RunVerifier:
                 if spec.whole_runs:
                     return spec.whole_runs
         from advisor.rulekit.rule import NotVerifiable
-        from advisor.run.inject import fixed_target, why_not_switched
+        from advisor.verify.inject import fixed_target, why_not_switched
 
         try:
             return why_not_switched(*fixed_target({**self.window, "fixes": fixes}))
@@ -225,7 +225,7 @@ class RunVerifier:
             return None, {"note": "the model step is unchanged, only the loader's settings differ"}
         if self.timing_only:
             return None, {"note": "timing only: two revisions of the script compared, their results not"}
-        from advisor.run import first_results  # torch: imported by the parent only once it verifies
+        from advisor.verify import first_results  # torch: imported by the parent only once it verifies
 
         baseline, repeat, candidate = base.results[0], base.results[-1], cand.results[0]
         if baseline is None or candidate is None or repeat is None or len(base.results) < 2:
@@ -273,10 +273,10 @@ class RunVerifier:
                                     note="the script did not complete its timed window"
                                          + (" with the fix" if changed else "") + (f": {why}" if why else ""))
             if switched:
-                from advisor.run import switched as switched_run
+                from advisor.verify import switched as switched_run
 
                 return window, switched_run.load(run.folder)
-            from advisor.run import first_results
+            from advisor.verify import first_results
 
             return window, first_results.load(run.folder)
         finally:

@@ -14,7 +14,7 @@ from advisor.files import stop
 from advisor.files.intercept import suspended
 
 if TYPE_CHECKING:
-    from advisor.run.window import StepWindow
+    from advisor.script.window import StepWindow
 
 STEP_WAIT_S = 5.0  # how long the next step's end is awaited before stopping between writes
 

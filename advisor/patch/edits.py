@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from advisor.rulekit.codemods import Change, Source
-from advisor.rulekit.cst_nodes import after_imports_index
+from advisor.patch.codemods import Change, Source
+from advisor.patch.cst_nodes import after_imports_index
 
 
 def overlapping(kept: list[Change], change: Change) -> Change | None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import shutil
 
-from advisor.fix.patch_plan import PatchPlan
+from advisor.patch.patch_plan import PatchPlan
 
 BACKUP_SUFFIX = ".advisor-orig"
 

@@ -8,7 +8,7 @@ import time
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from advisor.run.window import StepWindow
+    from advisor.script.window import StepWindow
 
 
 def watch_failures(window: StepWindow) -> None:

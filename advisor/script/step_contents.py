@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from advisor.run.kinds import BACKWARD, FORWARD, OPTIMIZER, PROFILER_STEP
 
 if TYPE_CHECKING:
-    from advisor.run.window import StepWindow
+    from advisor.script.window import StepWindow
 
 
 @dataclass
