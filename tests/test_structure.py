@@ -84,6 +84,30 @@ def test_rules_and_report_have_no_import_circle():
     assert list(nx.simple_cycles(modules)) == [], "advisor's modules import each other in a circle"
 
 
+def test_no_circle_even_through_imports_made_only_for_types():
+    """A type-only import is still a dependency of data: the watcher that names the window's type depends on it."""
+    modules = {_module_name(p): p for p in _package_files()}
+    graph = nx.DiGraph()
+    for name, path in modules.items():
+        for node in ast.walk(_tree(path)):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                named = {node.module, *(f"{node.module}.{alias.name}" for alias in node.names)}
+            elif isinstance(node, ast.Import):
+                named = {alias.name for alias in node.names}
+            else:
+                continue
+            graph.add_edges_from((name, m) for m in named if m in modules and m not in (name, "advisor"))
+    assert list(nx.simple_cycles(graph.subgraph(m for m in graph if m != "advisor"))) == []
+
+
+def test_no_folder_holds_more_than_twenty_modules():
+    crowded = {}
+    for folder in {p.parent for p in _package_files()}:
+        if (count := len(list(folder.glob("*.py")))) > 20:
+            crowded[str(folder.relative_to(ROOT))] = count
+    assert crowded == {}
+
+
 def test_rules_never_run_the_model():
     graph = _import_graph()
     for module in (m for m in graph if m.startswith("advisor.rules.")):

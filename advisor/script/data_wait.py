@@ -4,23 +4,20 @@ time can leave out the wait for its batch and the data rules can judge the wait 
 
 from __future__ import annotations
 
-import os
 import time
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from advisor.script.window import StepWindow
+from advisor.script.window_state import WindowState
 
 
-def watch_loaders(window: StepWindow) -> None:
+def watch_loaders(state: WindowState) -> None:
     from torch.utils.data import dataloader
 
     original_next = dataloader._BaseDataLoaderIter.__next__
     original_iter = dataloader.DataLoader.__iter__
 
     def recorded_iter(loader):
-        if os.getpid() == window.owner:
-            window.loaders[id(loader)] = loader
+        if state.mine:
+            state.loaders[id(loader)] = loader
         return original_iter(loader)
     dataloader.DataLoader.__iter__ = recorded_iter
 
@@ -29,5 +26,5 @@ def watch_loaders(window: StepWindow) -> None:
         try:
             return original_next(iterator)
         finally:
-            window.waiting += time.perf_counter() - began
+            state.waiting += time.perf_counter() - began
     dataloader._BaseDataLoaderIter.__next__ = timed_next

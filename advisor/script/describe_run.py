@@ -8,26 +8,25 @@ from __future__ import annotations
 import json
 import statistics
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from advisor.script.window_state import ModuleSeen, WindowState
 from advisor.sources import is_library_path
 from advisor.workload.model_copy import model_copy
 
-if TYPE_CHECKING:
-    from advisor.script.window import StepWindow
 
-
-def the_model(window: StepWindow) -> tuple[Any, list[str]]:
+def the_model(state: WindowState) -> tuple[Any, list[str]]:
     """The module whose parameters the optimizer updates, else the outermost module with parameters called
     most (a loss function's module is called as often, and has none), the largest of those."""
-    if not window.outermost:
+    if not state.outermost:
         return None, []
-    updated = {id(p) for o in window.optimizers.values() for g in o.param_groups for p in g["params"]}
+    updated = {id(p) for o in state.optimizers.values() for g in o.param_groups for p in g["params"]}
 
-    def rank(entry: list) -> tuple:
-        module, calls, _, _, size, _ = entry
-        return (sum(1 for p in module.parameters() if id(p) in updated), size > 0, calls, size)
-    module, _, inputs, _, _, _ = max(window.outermost.values(), key=rank)
+    def rank(seen: ModuleSeen) -> tuple:
+        return (sum(1 for p in seen.module.parameters() if id(p) in updated), seen.parameters > 0, seen.calls,
+                seen.parameters)
+    chosen = max(state.outermost.values(), key=rank)
+    module, inputs = chosen.module, chosen.inputs
     return module, inputs or []
 
 
@@ -95,8 +94,8 @@ class Missing:
     """The facts one part of describing the run could not gather (a copy the model refuses, a capture that fails):
     the rest goes on, and the report names what is missing and why (missing.json)."""
 
-    def __init__(self, window: StepWindow):
-        self.window = window
+    def __init__(self, state: WindowState):
+        self.state = state
         self.parts: list[dict] = []
 
     def attempt(self, part: str, facts: str, work: Any) -> None:
@@ -109,10 +108,10 @@ class Missing:
 
     def write(self) -> None:
         if self.parts:
-            self.window.write("missing.json", {"parts": self.parts})
+            self.state.write("missing.json", {"parts": self.parts})
 
 
-def describe_run(window: StepWindow) -> None:
+def describe_run(state: WindowState) -> None:
     """The model, optimizer and environment as the script set them up (target.json, env.json), each part on its
     own: a part that fails leaves its facts missing, named in missing.json, and the others are still written. The
     model is read where it lives (nothing of it copied); only the stages that must run it again work on a copy,
@@ -123,53 +122,53 @@ def describe_run(window: StepWindow) -> None:
     from advisor.capture.env import capture_environment
     from advisor.evidence import Location, TargetInfo
 
-    missing = Missing(window)
-    model, inputs = the_model(window)
+    missing = Missing(state)
+    model, inputs = the_model(state)
     outer = model
-    model = window.ddp.inner(model) if model is not None else None  # DDP's module: DDP itself cannot be copied
+    model = state.ddp.inner(model) if model is not None else None  # DDP's module: DDP itself cannot be copied
     if model is not outer:
-        window.batches[id(model)] = window.batches.get(id(outer), [])  # DDP passes its inputs on unchanged
+        state.batches[id(model)] = state.batches.get(id(outer), [])  # DDP passes its inputs on unchanged
     # what the report names: the smallest module holding all the optimizer updates (a LightningModule whose step
     # calls its parts, the ODE function inside its solver's wrapper), else the module the step called
-    lead = window.optimizers.get(window.lead)
+    lead = state.optimizers.get(state.lead)
     updated = [p for group in lead.param_groups for p in group["params"]] if lead is not None else []
     described = (owner_of(updated) if updated else None) or model
     parameter = next(described.parameters(), None) if described is not None else None
     device = parameter.device if parameter is not None else torch.device("cpu")
-    training = window.mode == "train" or (not window.mode and bool(window.optimizers or window.backward_seen))
-    info = TargetInfo(model_file=window.script, mode="train" if training else "inference",
+    training = state.mode == "train" or (not state.mode and bool(state.optimizers or state.backward_seen))
+    info = TargetInfo(model_file=state.script, mode="train" if training else "inference",
                       device=str(device), input_summary=inputs)
     if described is not None:
         missing.attempt("model", "the model's class, parameters and modules", lambda: describe_model(info, described))
     if model is not None:
-        site = window.outermost[id(outer)][3]
+        site = state.outermost[id(outer)].site
         if site is not None:
             info.forward_call = Location.at(*site, note="the script's call of the model")
         if next(model.parameters(), None) is None and described is not model:
-            window.write("graph_error.json", {"message": f"the script's steps called none of {type(described).__name__}'s "
+            state.write("graph_error.json", {"message": f"the script's steps called none of {type(described).__name__}'s "
                                                          "modules through nn.Module's call (its library runs forward "
                                                          "itself): no call of the model to capture a graph with"})
         else:
-            missing.attempt("graph", "the model's graph (the graph rules)", lambda: _capture_graph(window, model))
-            missing.attempt("routing", "its experts' routing", lambda: _measure_routing(window, model))
-    if window.optimizers:
+            missing.attempt("graph", "the model's graph (the graph rules)", lambda: _capture_graph(state, model))
+            missing.attempt("routing", "its experts' routing", lambda: _measure_routing(state, model))
+    if state.optimizers:
         missing.attempt("optimizer", "the optimizer's settings",
-                        lambda: describe_optimizer(info, next(iter(window.optimizers.values()))))
-        if (made := window.optimizer_sites.get(window.lead)) is not None:
+                        lambda: describe_optimizer(info, next(iter(state.optimizers.values()))))
+        if (made := state.optimizer_sites.get(state.lead)) is not None:
             info.optimizer_call = Location.at(*made, note="where the optimizer is created")
-    if (ddp := window.ddp.describe()) is not None:
-        window.write("ddp.json", ddp)
-    window.write("target.json", json.loads(info.model_dump_json()))
-    if window.loaders:
-        missing.attempt("loader", "the data loader's settings", lambda: _describe_loader(window))
+    if (ddp := state.ddp.describe()) is not None:
+        state.write("ddp.json", ddp)
+    state.write("target.json", json.loads(info.model_dump_json()))
+    if state.loaders:
+        missing.attempt("loader", "the data loader's settings", lambda: _describe_loader(state))
     missing.attempt("environment", "the environment (versions, threads, the device's flags)",
-                    lambda: window.write("env.json", json.loads(capture_environment(device).model_dump_json())))
+                    lambda: state.write("env.json", json.loads(capture_environment(device).model_dump_json())))
     missing.attempt("roofs", "the machine's roofs (the roofline, below-roof, slow-precision)",
-                    lambda: _machine_roofs(window, device))
+                    lambda: _machine_roofs(state, device))
     missing.write()
 
 
-def _machine_roofs(window: StepWindow, device: Any) -> None:
+def _machine_roofs(state: WindowState, device: Any) -> None:
     """The roofs of the device the model ran on, as an audit has them: from the cache, or measured here once the
     steps are timed (about a second, the first time on a machine), quiet or said to be contended."""
     from advisor.capture.calibrate import machine_peaks
@@ -177,29 +176,29 @@ def _machine_roofs(window: StepWindow, device: Any) -> None:
     from advisor.files.intercept import suspended
 
     with suspended():  # advisor's own cache, not the script's writes
-        window.write("peaks.json", json.loads(machine_peaks(device, device_name(device)).model_dump_json()))
+        state.write("peaks.json", json.loads(machine_peaks(device, device_name(device)).model_dump_json()))
 
 
-def _describe_loader(window: StepWindow) -> None:
+def _describe_loader(state: WindowState) -> None:
     from advisor.capture.data import describe_loader
 
-    loader = next(iter(window.loaders.values()))
-    data = describe_loader(loader, fallback_source=(window.script, 0))
-    waits = window.data_wait_ms
+    loader = next(iter(state.loaders.values()))
+    data = describe_loader(loader, fallback_source=(state.script, 0))
+    waits = state.data_wait_ms
     if waits:
         data.batches_measured = len(waits) + 1
         data.batch_ms_samples = waits
         data.batch_ms_median = statistics.median(waits)
         data.measured_in_loop = True
-    window.write("data.json", json.loads(data.model_dump_json()))
+    state.write("data.json", json.loads(data.model_dump_json()))
 
 
-def _capture_graph(window: StepWindow, model: Any) -> None:
+def _capture_graph(state: WindowState, model: Any) -> None:
     """Dynamo's view of the model, on a deep copy, with the arguments and keyword arguments of its first real call."""
 
     from advisor.capture.graph import capture_call
 
-    recorded = window.batches.get(id(model))
+    recorded = state.batches.get(id(model))
     if not recorded:
         return
     first = recorded[0]  # its first real call, as the script made it
@@ -207,25 +206,25 @@ def _capture_graph(window: StepWindow, model: Any) -> None:
     try:
         capture = capture_call(twin, tuple(first.args), dict(first.kwargs))
     except Exception as failure:  # noqa: BLE001 - graph rules are then blind, and the report says why
-        window.write("graph_error.json", {"message": f"{type(failure).__name__}: {str(failure).splitlines()[0][:300]}"})
+        state.write("graph_error.json", {"message": f"{type(failure).__name__}: {str(failure).splitlines()[0][:300]}"})
         return
-    window.write("graph.json", json.loads(capture.model_dump_json()))
+    state.write("graph.json", json.loads(capture.model_dump_json()))
 
 
-def _measure_routing(window: StepWindow, model: Any) -> None:
+def _measure_routing(state: WindowState, model: Any) -> None:
     """Tokens per expert on the script's own batches (those of its first steps), on a copy."""
 
     from advisor.capture.routing import route, sibling_groups
 
-    batches = window.batches.get(id(model)) or []
+    batches = state.batches.get(id(model)) or []
     if not batches or not sibling_groups(model):  # no experts to route to: nothing to copy the model for
         return
     twin = model_copy(model)
     try:
-        groups = route(twin, batches, "dataloader" if window.loaders else "script",
+        groups = route(twin, batches, "dataloader" if state.loaders else "script",
                        lambda call: twin(*call.args, **call.kwargs))
     except Exception as failure:  # noqa: BLE001 - routing is evidence for one rule, never the run's end
-        window.write("routing_error.json", {"message": f"{type(failure).__name__}: {failure}"})
+        state.write("routing_error.json", {"message": f"{type(failure).__name__}: {failure}"})
         return
-    window.write("routing.json", {"groups": [json.loads(g.model_dump_json()) for g in groups]})
+    state.write("routing.json", {"groups": [json.loads(g.model_dump_json()) for g in groups]})
 

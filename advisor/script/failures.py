@@ -5,13 +5,12 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import TYPE_CHECKING
+from typing import Callable
 
-if TYPE_CHECKING:
-    from advisor.script.window import StepWindow
+from advisor.script.window_state import WindowState
 
 
-def watch_failures(window: StepWindow) -> None:
+def watch_failures(state: WindowState, on_exit: Callable[[], None]) -> None:
     """What the parent needs when the run goes wrong: the Python stacks on SIGUSR1 (sent before a
     timed-out run is ended: where each process waits), and under torchrun the exception that
     ended a rank and what that rank measured when torchrun stops it with SIGTERM."""
@@ -19,18 +18,18 @@ def watch_failures(window: StepWindow) -> None:
     import signal
 
     if signal.getsignal(signal.SIGUSR1) == signal.SIG_DFL:
-        window.stacks = open(os.path.join(window.out, "stacks.txt"), "w")  # noqa: SIM115 - kept open for the signal
-        faulthandler.register(signal.SIGUSR1, file=window.stacks, all_threads=False)
-    if "rank" not in window.spec:
+        stacks = open(os.path.join(state.out, "stacks.txt"), "w")  # noqa: SIM115 - kept open for the signal
+        faulthandler.register(signal.SIGUSR1, file=stacks, all_threads=False)
+    if "rank" not in state.spec:
         return
     previous = sys.excepthook
 
     def crashed(kind, value, traceback):
-        if os.getpid() == window.owner:
+        if state.mine:
             from advisor.errors import user_location
 
-            file, line, code = user_location(traceback, window.script)
-            window.write("crash.json", {"rank": window.spec["rank"], "error": f"{kind.__name__}: {value}",
+            file, line, code = user_location(traceback, state.script)
+            state.write("crash.json", {"rank": state.spec["rank"], "error": f"{kind.__name__}: {value}",
                                         "file": file, "line": line, "code": code, "time": time.time()})
         previous(kind, value, traceback)
     sys.excepthook = crashed
@@ -38,7 +37,7 @@ def watch_failures(window: StepWindow) -> None:
         def stopped(signum, frame):
             from advisor.files.stop import stop_now
 
-            window.on_exit()
+            on_exit()
             stop_now(128 + signum)  # once the rank's writes in flight are whole
         signal.signal(signal.SIGTERM, stopped)
 

@@ -55,35 +55,36 @@ class StepRecorder:
         self.started = time.perf_counter()
         return self.started
 
-    def step_ended(self, window: Any, now: float) -> None:
-        """A step of the window's kind ended at ``now`` (``window.StepWindow``, before it counts the step)."""
+    def step_ended(self, state: Any, now: float) -> None:
+        """A step of the window's kind ended at ``now`` (``state``: the window's ``WindowState``, before it counts the
+        step)."""
         self.number += 1
         if self.started is None or len(self.steps) >= MOST_STEPS:
             return  # the first step: its start is not known
         from advisor.files import intercept
 
-        kept = getattr(intercept.LAYER, "spent", 0.0) - window.journal_spent  # advisor's copies of changed files
+        kept = getattr(intercept.LAYER, "spent", 0.0) - state.journal_spent  # advisor's copies of changed files
         waited = thread_run_delay_s()
         self.steps.append({
-            "step": self.number, "phase": _phase(window), "ms": round((now - self.started - kept) * 1000, 4),
-            "data_wait_ms": round(window.waiting * 1000, 4), "collector_ms": round(window.collector.step_ms, 4),
+            "step": self.number, "phase": _phase(state), "ms": round((now - self.started - kept) * 1000, 4),
+            "data_wait_ms": round(state.waiting * 1000, 4), "collector_ms": round(state.collector.step_ms, 4),
             "save_ms": round(self.saving_s * 1000, 4),
             "cpu_wait_ms": round(max(0.0, waited - self.waited_at_start) * 1000, 4) if waited is not None
             and self.waited_at_start is not None else None,
-            "compiled_frames": _frames_compiled() - self.compiled_at_start, "evaluation": bool(window.evaluating),
-            **window.inference.take()})
+            "compiled_frames": _frames_compiled() - self.compiled_at_start, "evaluation": bool(state.evaluating),
+            **state.inference.take()})
 
 
-def _phase(window: Any) -> str:
+def _phase(state: Any) -> str:
     """What advisor did in the step: only ``timed`` and ``after`` steps run as the script runs alone."""
-    if window.done:
+    if state.done:
         return "after"
-    number = window.count + 1
-    if number <= window.warmup:
+    number = state.count + 1
+    if number <= state.warmup:
         return "warm-up"
-    if number <= window.warmup + window.steps:
+    if number <= state.warmup + state.steps:
         return "timed"
-    return "profiled" if number <= window.warmup + window.steps + window.profile_steps else "watched"
+    return "profiled" if number <= state.warmup + state.steps + state.profile_steps else "watched"
 
 
 def _frames_compiled() -> int:

@@ -12,19 +12,17 @@ that ends before that says so too.
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
+from advisor.script.window_state import WindowState
 from advisor.sources import is_library_path
-
-if TYPE_CHECKING:
-    from advisor.script.window import StepWindow
 
 MOST_NAMES_KEPT = 40
 
 
 class MarkerWatch:
-    def __init__(self, window: StepWindow, marker: str):
-        self.window = window
+    def __init__(self, state: WindowState, marker: str):
+        self.state = state
         self.marker = marker
         self.matched = False
         self.seen: dict[str, None] = {}  # the user's functions called so far, in order of first call
@@ -71,7 +69,7 @@ class MarkerWatch:
         if self.matched:
             return False
         self.own_steps += 1
-        if self.own_steps < max(1, self.window.warmup):
+        if self.own_steps < max(1, self.state.warmup):
             return False
         self.say_unmatched()
         return True
@@ -80,5 +78,5 @@ class MarkerWatch:
         """What the window tells advisor when the marker matched nothing (the run ended, or ran its own
         warm-up's worth of steps): the names it could have been."""
         sys.setprofile(None)
-        self.window.write("marker_unmatched.json", {"marker": self.marker, "own_steps": self.own_steps,
-                                                    "seen": list(self.seen)})
+        self.state.write("marker_unmatched.json", {"marker": self.marker, "own_steps": self.own_steps,
+                                                   "seen": list(self.seen)})

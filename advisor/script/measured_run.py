@@ -1,6 +1,6 @@
 """What a verification run of the script adds to its step window (inside the script's process):
-identical seeds, the fixes under test injected (``inject.py``), the model found at its first call,
-and the first steps' results kept for the numerics check (``first_results.py``)."""
+identical seeds, the fixes under test injected (``verify/inject.py``), the model found at its first call,
+and the first steps' results kept for the numerics check (``verify/first_results.py``)."""
 
 from __future__ import annotations
 
@@ -8,18 +8,18 @@ import os
 import random
 import sys
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any, Callable
 
 from advisor.run.kinds import FORWARD
-
-if TYPE_CHECKING:
-    from advisor.script.window import StepWindow
+from advisor.script.window_state import WindowState
 
 
 class MeasuredRun:
-    def __init__(self, window: StepWindow):
-        self.window = window
-        self.model = window.spec.get("model") or {}  # the audit run's model: class, parameter count
+    def __init__(self, state: WindowState, hook_forwards: Callable[[Any], None]):
+        """``hook_forwards(model)``: the window's hooks on the model's own calls, where its calls are the steps."""
+        self.state = state
+        self.hook_forwards = hook_forwards
+        self.model = state.spec.get("model") or {}  # the audit run's model: class, parameter count
         self.injection = None
         self.results = None
         self.switch = None  # an A/B inside this run (switched.py): the fix on and off by blocks of steps
@@ -38,16 +38,16 @@ class MeasuredRun:
         torch.manual_seed(0)
         if "numpy" in sys.modules:
             sys.modules["numpy"].random.seed(0)
-        window = self.window
-        switched = window.spec.get("switched")
+        state = self.state
+        switched = state.spec.get("switched")
         try:
-            self.injection = Injection(*fixed_target({**window.spec, "script": window.script}))
+            self.injection = Injection(*fixed_target({**state.spec, "script": state.script}))
             self.injection.apply_now(switched=bool(switched))
         except NotVerifiable as reason:
-            window.write("fix_refused.json", {"reason": str(reason)})
+            state.write("fix_refused.json", {"reason": str(reason)})
             os._exit(0)
         except Exception as broken:  # noqa: BLE001 - a fix is code too
-            window.write("fix_error.json", {"message": f"applying the fix raised {type(broken).__name__}: {broken}"})
+            state.write("fix_error.json", {"message": f"applying the fix raised {type(broken).__name__}: {broken}"})
             os._exit(0)
         if switched:
             from torch.optim.optimizer import register_optimizer_step_post_hook
@@ -94,13 +94,11 @@ class MeasuredRun:
         self._hook_forwards(model)
 
     def _hook_forwards(self, model: Any) -> None:
-        window = self.window
-        if window.kind == FORWARD:  # instance hooks: global ones would run inside a compiled forward
-            window.hooks = [model.register_forward_pre_hook(window._enter_forward),
-                            model.register_forward_hook(window._leave_forward)]
+        if self.state.kind == FORWARD:  # instance hooks: global ones would run inside a compiled forward
+            self.hook_forwards(model)
 
     def _before_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        if os.getpid() != self.window.owner or self.window.done:
+        if not self.state.mine or self.state.done:
             return
         if id(optimizer) not in self.results.stepped and self.injection.changes_optimizer:
             self.injection.fix_optimizer(optimizer)  # before its first step builds any state
@@ -115,9 +113,9 @@ class MeasuredRun:
         """What the run did: whether the model was fixed, what the graph rewrite changed (window.json)."""
         injection = self.injection
         if self.switch is not None:
-            self.switch.probe.save(self.window.out)
+            self.switch.probe.save(self.state.out)
         else:
-            self.results.save(self.window.out)
+            self.results.save(self.state.out)
         rewrite = injection.rewrite
         return {"model_fixed": injection.model_fixed, "changes_model": injection.changes_model,
                 "compiled": injection.candidate.compiled,

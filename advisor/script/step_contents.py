@@ -10,12 +10,7 @@ from __future__ import annotations
 import functools
 import os
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
-
-from advisor.run.kinds import BACKWARD, FORWARD, OPTIMIZER, PROFILER_STEP
-
-if TYPE_CHECKING:
-    from advisor.script.window import StepWindow
+from typing import Any, Callable
 
 
 @dataclass
@@ -192,30 +187,3 @@ class StepContents:
             return None
         counts = whole.as_dict()
         return {"counts": counts, "summary": summary(counts)}
-
-
-def step_reading(window: StepWindow) -> dict | None:
-    """What one step contained (the last whole warm-up step) and how its end was recognised."""
-    reading = window.contents.reading()
-    if reading is None or window.kind is None:
-        return None
-    return {**reading, "recognised_by": _recognised_by(window)}
-
-
-def _recognised_by(window: StepWindow) -> str:
-    if window.kind == OPTIMIZER:
-        lead = window.optimizers.get(window.lead)
-        name = type(lead).__name__ if lead is not None else "the optimizer"
-        several = (f", the one stepping least often of the script's {len(window.optimizers)} optimizers: one whole "
-                   "iteration" if len(window.optimizers) > 1 else "")
-        return f"each step of {name}{several}"
-    if window.kind == BACKWARD:
-        return "each backward: the script runs backwards but creates no optimizer (it updates its parameters itself)"
-    if window.kind == FORWARD:
-        lead = window.outermost.get(window.lead_module)
-        name = type(lead[0]).__name__ if lead is not None else "the model"
-        return (f"each call of {name}, the outermost module with the most parameters: the script ran no backward "
-                "and created no optimizer" if window.mode != "inference" else f"each call of {name} (--mode inference)")
-    if window.kind == PROFILER_STEP:
-        return "each of the script's own prof.step() calls"
-    return f"each return of --step-marker {window.marker}"

@@ -8,20 +8,17 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from typing import TYPE_CHECKING
 
 from advisor.files import stop
 from advisor.files.intercept import suspended
-
-if TYPE_CHECKING:
-    from advisor.script.window import StepWindow
+from advisor.script.window_end import WindowEnd
 
 STEP_WAIT_S = 5.0  # how long the next step's end is awaited before stopping between writes
 
 
 class StopRequest:
-    def __init__(self, window: StepWindow):
-        self.window = window
+    def __init__(self, end: WindowEnd):
+        self.end = end
         self._asked = threading.Event()
         self._at_step = threading.Event()
         self._one_way_out = threading.Lock()  # at a step's end, or between writes: never both
@@ -35,10 +32,10 @@ class StopRequest:
         self._asked.set()
         if self._at_step.wait(STEP_WAIT_S) or not self._one_way_out.acquire(blocking=False):
             return
-        window = self.window
+        state = self.end.state
         with suspended():
-            _write_main_stack(os.path.join(window.out, "stacks.txt"))
-            window.write("window.json", {**window.measured(stopped=True), "interrupted": True, "between_steps": False})
+            _write_main_stack(os.path.join(state.out, "stacks.txt"))
+            state.write("window.json", {**self.end.measured(stopped=True), "interrupted": True, "between_steps": False})
         stop.stop_now(0)
 
     def at_step(self) -> None:
@@ -46,10 +43,9 @@ class StopRequest:
         if not self._one_way_out.acquire(blocking=False):
             threading.Event().wait()  # the listener's thread is ending the process
         self._at_step.set()
-        window = self.window
-        if not window.done:
-            window.end_early()
-            window.finish(stopped=True, interrupted=True)
+        if not self.end.state.done:
+            self.end.end_early()
+            self.end.finish(stopped=True, interrupted=True)
         stop.stop_now(0, at_boundary=True)
 
 

@@ -316,21 +316,22 @@ class Blocks:
         self.pending: list[Block] = []
         self.started = False
 
-    def at_step_end(self, window: Any, now: float) -> None:
-        """A step of this run ended (``window.StepWindow``): timed as the window times a step, the switch made
-        after its clock stopped and before the next step's starts, so neither arm pays for it."""
+    def at_step_end(self, state: Any, now: float, finish: Callable[[], None]) -> None:
+        """A step of this run ended (``state``: the window's ``WindowState``): timed as the window times a step, the
+        switch made after its clock stopped and before the next step's starts, so neither arm pays for it; the
+        blocks done, the window's ``finish`` ends the run."""
         from advisor.files import intercept
 
-        if window.count >= window.warmup:
-            timed = window.count > window.warmup and window.last is not None
-            kept = getattr(intercept.LAYER, "spent", 0.0) - window.journal_spent  # the journal's copies
-            waited = 0.0 if self.with_data else window.waiting
-            if self.step_ended((now - window.last - waited - kept) * 1000 if timed else None):
-                window.machine.stop()
-                window.finish(stopped=True)
-        window.waiting = 0.0
-        window.journal_spent = getattr(intercept.LAYER, "spent", 0.0)
-        window.last = time.perf_counter()
+        if state.count >= state.warmup:
+            timed = state.count > state.warmup and state.last is not None
+            kept = getattr(intercept.LAYER, "spent", 0.0) - state.journal_spent  # the journal's copies
+            waited = 0.0 if self.with_data else state.waiting
+            if self.step_ended((now - state.last - waited - kept) * 1000 if timed else None):
+                state.machine.stop()
+                finish()
+        state.waiting = 0.0
+        state.journal_spent = getattr(intercept.LAYER, "spent", 0.0)
+        state.last = time.perf_counter()
 
     def step_ended(self, step_ms: float | None) -> bool:
         """Called at each step's end from the warm-up's last on; True when the run is done."""
