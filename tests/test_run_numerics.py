@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from advisor.rulekit.engine import load_rules
+from advisor.run.window_spec import WindowSpec
 from advisor.verify.arms import Arm, RunVerifier
 
 
@@ -21,7 +22,7 @@ def _arm(*results: dict) -> Arm:
 
 
 def _verifier() -> RunVerifier:
-    return RunVerifier(command=[], window={"steps": 20}, ruleset=load_rules(), budget_s=10, timeout=10)
+    return RunVerifier(command=[], window=WindowSpec(steps=20), ruleset=load_rules(), budget_s=10, timeout=10)
 
 
 def test_equal_first_results_pass_and_say_what_was_compared():

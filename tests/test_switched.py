@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from advisor.rulekit.engine import load_rules
+from advisor.run.window_spec import BlocksSpec, WindowSpec
 from advisor.verify.arms import RunVerifier
 from advisor.verify.measure import smallest_resolvable, verdict
 from advisor.verify.switched import LEAST_PAIRS, Blocks
@@ -33,7 +34,7 @@ class SwitchRecord:
 def _blocks(most_pairs: int = 4, distributed: bool = False, deadline: float = 0.0, steps: int = 3,
             queue_depth: int = 0):
     switch = SwitchRecord(queue_depth)
-    return switch, Blocks(switch, {"block": steps, "most_pairs": most_pairs, "deadline": deadline},
+    return switch, Blocks(switch, BlocksSpec(block=steps, most_pairs=most_pairs, deadline=deadline),
                           lambda: distributed)
 
 
@@ -87,7 +88,7 @@ def test_a_deadline_passed_ends_the_run_at_the_next_pair():
 
 
 def _verifier() -> RunVerifier:
-    return RunVerifier(command=[], window={"steps": 20}, ruleset=load_rules(), budget_s=10, timeout=10)
+    return RunVerifier(command=[], window=WindowSpec(steps=20), ruleset=load_rules(), budget_s=10, timeout=10)
 
 
 def test_the_probe_is_judged_with_the_rules_tolerance_and_says_what_it_compared():
@@ -134,6 +135,6 @@ def test_a_step_in_bfloat16_is_judged_at_its_own_rounding_and_says_so():
 
 def test_with_pairs_given_a_run_gives_exactly_that_many_whatever_its_verdict():
     switch = SwitchRecord()
-    blocks = Blocks(switch, {"block": 3, "most_pairs": 9, "deadline": 0.0, "exact": True}, lambda: False)
+    blocks = Blocks(switch, BlocksSpec(block=3, most_pairs=9, deadline=0.0, exact=True), lambda: False)
     _drive(switch, blocks, fix_ms=5.0, baseline_ms=10.0)
     assert len(blocks.baseline_ms) == 9  # decided at 6 pairs, but --pairs asked for 9

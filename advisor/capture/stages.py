@@ -12,6 +12,7 @@ from typing import Any, Callable
 
 from advisor.errors import AuditError, StageError
 from advisor.sandbox.registry import StagePlan, stage
+from advisor.sandbox.specs import CaptureSpec, ChildSpec
 
 # calls runs before trace: a step that starts its own profiler cannot be profiled (nested Kineto
 # sessions crash the process), and the watched calls tell in advance. The stages that time something
@@ -75,10 +76,10 @@ def warm_step(state: dict) -> Callable[[], Any]:
 def _load(state: dict, progress: Callable[[str], None]) -> str:
     from advisor.workload.target import load_target
 
-    spec = state["spec"]
-    deadline = spec.get("fetch_deadline_s", 60.0)
+    spec: ChildSpec = state["spec"]
+    deadline = spec.fetch_deadline_s
     if "target" not in state:  # the Python API hands over a live target
-        state["target"] = load_target(spec["model_file"], spec.get("mode", "auto"), spec.get("device", "auto"), deadline)
+        state["target"] = load_target(spec.model_file, spec.mode, spec.device, deadline)
     state["target"].prepare_feed(deadline)
     from advisor.capture.describe_target import describe_target
 
@@ -101,7 +102,7 @@ def _timing(state: dict, progress: Callable[[str], None]) -> str:
     from advisor.workload.timing import time_steps, timed_when_quiet
 
     target = state["target"]
-    spec = state["spec"]
+    spec: CaptureSpec = state["spec"]
     first = [make_step(target, *target.fresh())]
     run_user_step("timing", target, first[0])  # a failing step: reported at the user's line
 
@@ -116,10 +117,10 @@ def _timing(state: dict, progress: Callable[[str], None]) -> str:
         return copied
 
     def time_once():
-        return time_steps(next_step, target.device, warmup=spec.get("warmup", 3),
-                          min_samples=spec.get("min_samples", 10), budget_s=spec.get("timing_budget_s", 3.0),
-                          on_sample=lambda n: progress(f"{n} timed steps"), copy_settled=settled_copy)
-    timing = timed_when_quiet(time_once, spec.get("wait_for_quiet_s", quiet_wait_s()), progress)
+        return time_steps(next_step, target.device, on_sample=lambda n: progress(f"{n} timed steps"),
+                          copy_settled=settled_copy)
+    wait_s = spec.wait_for_quiet_s if spec.wait_for_quiet_s is not None else quiet_wait_s()
+    timing = timed_when_quiet(time_once, wait_s, progress)
     state["step_ms"] = timing.median_ms
     return timing.model_dump_json()
 
@@ -134,13 +135,12 @@ def _trace(state: dict, progress: Callable[[str], None]) -> str | None:
                                 "advisor did not profile it: remove the profiler to get the trace-based findings")
         return None
     target = state["target"]
-    spec = state["spec"]
-    path = spec["trace_path"]
+    spec: CaptureSpec = state["spec"]
+    path = spec.trace_path
     step = warm_step(state)
     if state.get("heap_warm") != "calls":  # the calls stage's step of this copy left its heap as a step wants it
         run_user_step("trace", target, step)  # the warm-up: a step's pages come back after the last stage's were freed
     steps, unlabelled = profiled_steps(state.get("step_ms"))
-    steps = spec.get("profile_steps") or steps
     warmup = 0 if "warm_step" in state else 1  # a fresh copy's first step is not yet the steady state
     try:
         record_trace(step, target.device, path, steps=steps, warmup=warmup, unlabelled=unlabelled)

@@ -26,6 +26,7 @@ from advisor.report.write import write_reports
 from advisor.rulekit import severity
 from advisor.rulekit.engine import load_rules
 from advisor.rulekit.thresholds import SettingError, with_settings
+from advisor.run.window_spec import TIMED_STEPS, WARMUP_STEPS
 from advisor.trace.cluster import ClusterError
 from advisor.trace.gc_pause import gc_paused
 from advisor.version import __version__
@@ -88,9 +89,10 @@ def _audit_and_report(audit_with, subject: str, stem: str, out_dir: str, formats
 @cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 @report_options
-@click.option("--warmup-steps", type=click.IntRange(min=0), default=3, show_default=True,
+@click.option("--warmup-steps", type=click.IntRange(min=0), default=WARMUP_STEPS, show_default=True,
               help="Steps the script runs before timing starts.")
-@click.option("--steps", type=click.IntRange(min=2), default=20, show_default=True, help="Steps timed profiler-free.")
+@click.option("--steps", type=click.IntRange(min=2), default=TIMED_STEPS, show_default=True,
+              help="Steps timed profiler-free.")
 @click.option("--full", is_flag=True, help="Let the script finish after the window (default: stop it).")
 @click.option("--show-output", is_flag=True, help="Show the script's stdout and stderr as it runs.")
 @flags.verify("Verify injectable fixes by running the script again.")

@@ -20,6 +20,7 @@ from advisor.capture.stages import CAPTURE
 from advisor.report.schema import Report, VerificationSettings
 from advisor.rulekit.engine import RuleConfig
 from advisor.sandbox.inline import run_inline
+from advisor.sandbox.specs import CaptureSpec
 from advisor.workload.target import Target, resolve_device
 
 
@@ -56,7 +57,7 @@ def audit(
                     device=resolve_device(device), get_dataloader=get_dataloader,
                     get_optimizer=get_optimizer, loss_fn=loss_fn, inputs_from_batch=inputs_from_batch)
     trace_path = os.path.join(trace_dir or tempfile.mkdtemp(prefix="advisor-api-"), f"{type(model).__name__}.trace.json.gz")
-    state = {"spec": {"trace_path": trace_path}, "target": target}
+    state = {"spec": CaptureSpec(model_file="<python>", trace_path=trace_path), "target": target}
     run = run_inline(state, CAPTURE)
     gathered = gather_capture(run, "<python>")
     errors = gathered.errors

@@ -19,6 +19,8 @@ from advisor.files.session import FileSession
 from advisor.report.schema import Report, VerificationSettings
 from advisor.rulekit.engine import RuleConfig
 from advisor.rulekit.rule import Finding, Verification
+from advisor.run.window_spec import WindowSpec
+from advisor.sandbox.specs import CaptureSpec, VerifySpec, fetch_deadline
 from advisor.sandbox.supervisor import run_capture
 from advisor.verify.orchestrate import measure_fixes
 from advisor.verify.plan import MeasuredFixes
@@ -40,7 +42,7 @@ class AuditResult:
     report: Report
     evidence: Evidence | None
     written: dict[str, str] = field(default_factory=dict)
-    run_window: dict = field(default_factory=dict)  # advisor run: the window its verification runs repeat
+    run_window: WindowSpec | None = None  # advisor run: the window its verification runs repeat
 
     @property
     def failed(self) -> bool:
@@ -59,13 +61,9 @@ def run_audit(options: AuditOptions, progress: Callable[[str], None] = lambda te
     trace_path = os.path.abspath(os.path.join(options.out_dir, f"{stem}.trace.json.gz"))
     if os.path.exists(trace_path):
         os.remove(trace_path)  # never report a stale trace from an earlier run
-    spec = {
-        "model_file": os.path.abspath(options.model_file), "mode": options.mode, "device": options.device,
-        "trace_path": trace_path,
-        "fetch_deadline_s": min(60.0, options.timeout / 2),  # a hung loader: the data stage times out on it
-    }
-    if options.wait_for_quiet_s is not None:
-        spec["wait_for_quiet_s"] = options.wait_for_quiet_s
+    spec = CaptureSpec(model_file=os.path.abspath(options.model_file), mode=options.mode, device=options.device,
+                       trace_path=trace_path, fetch_deadline_s=fetch_deadline(options.timeout),
+                       wait_for_quiet_s=options.wait_for_quiet_s)
     files = FileSession.start(options.shadow_limit_mb)
     try:
         # the capture runs the user's code as a run of theirs would: its writes are real (and journaled)
@@ -89,7 +87,7 @@ def run_audit(options: AuditOptions, progress: Callable[[str], None] = lambda te
     return AuditResult(report=report, evidence=evidence)
 
 
-def _measure_in_child(findings: list[Finding], spec: dict, options: AuditOptions, progress,
+def _measure_in_child(findings: list[Finding], spec: CaptureSpec, options: AuditOptions, progress,
                       files: FileSession, rules: RuleConfig) -> MeasuredFixes:
     """Each fix in a fresh supervised child (the user's code runs there, never here), then the verified
     ones together in another. One process per fix, as the step itself was timed in a fresh one: a
@@ -104,40 +102,38 @@ def _measure_in_child(findings: list[Finding], spec: dict, options: AuditOptions
             return _patch_child(spec, chosen[0], rule, seconds, options, progress, files, rules)
         return _child(spec, chosen, seconds, options, progress, files)
     return measure_fixes(findings, measure_set, None if options.pairs else options.budget,
-                         lambda chosen: MIN_CHILD_BUDGET_S, device=spec.get("device", ""), progress=progress,
+                         lambda chosen: MIN_CHILD_BUDGET_S, device=spec.device, progress=progress,
                          joins=lambda outcome: outcome.memory is None and not outcome.source_patch)
 
 
-def _patch_child(spec: dict, finding: Finding, rule, budget_s: float, options: AuditOptions, progress,
+def _patch_child(spec: CaptureSpec, finding: Finding, rule, budget_s: float, options: AuditOptions, progress,
                  files: FileSession, rules: RuleConfig) -> Verification:
     """The finding's edit of the source written into a scratch copy of the model's folder, measured against the
     original in a verification child; where no edit can be made, the reason and the rule's advice."""
     from advisor.patch.patch_plan import plan_patch
     from advisor.verify.patched_copy import measure_patched_model, patch_tolerance, patched_copy
 
-    model_file = spec["model_file"]
+    model_file = spec.model_file
     plan = plan_patch([finding], rules.ruleset, entry=model_file, root=os.path.dirname(model_file))
     edit = plan.edits.get(finding.id)
     if edit is None or edit.status != "patched":
-        advice = rule.fix_spec.unmeasurable(finding, spec.get("device", "")) if rule.fix_spec is not None else None
+        advice = rule.fix_spec.unmeasurable(finding, spec.device) if rule.fix_spec is not None else None
         why = edit.reason if edit is not None else "the rule made no edit"
-        return Verification(status="not-verifiable-here", device=spec.get("device", ""),
+        return Verification(status="not-verifiable-here", device=spec.device,
                             note="; ".join(part for part in (f"no edit of the source to measure ({why})", advice)
                                            if part))
     timeout = options.timeout if options.pairs else max(options.timeout, budget_s + VERIFY_MARGIN_S)
-    patch_spec = {**spec, "tolerance": patch_tolerance(rule, finding), "budget_s": budget_s, "pairs": options.pairs,
-                  "through_loader": rule.patch_spec.through_loader}
-    patch_spec.pop("trace_path", None)
+    patch_spec = _verify_spec(spec, budget_s, options, tolerance=patch_tolerance(rule, finding),
+                              through_loader=rule.patch_spec.through_loader)
     with patched_copy(plan, [finding.id], model_file) as patched:
         return measure_patched_model(patch_spec, patched, finding.slug, timeout, files, progress)
 
 
-def _child(spec: dict, findings: list[Finding], budget_s: float, options: AuditOptions, progress,
+def _child(spec: CaptureSpec, findings: list[Finding], budget_s: float, options: AuditOptions, progress,
            files: FileSession) -> Verification:
     """One verification child, measuring ``findings``' fixes as one candidate: an experiment, so its
     writes go to a shadow of the user's files."""
-    verify_spec = {**spec, "verify": [f.model_dump(mode="json") for f in findings], "budget_s": budget_s,
-                   "rule_dirs": list(options.rule_dirs), "pairs": options.pairs}
+    verify_spec = _verify_spec(spec, budget_s, options, verify=list(findings), rule_dirs=list(options.rule_dirs))
     timeout = options.timeout if options.pairs else max(options.timeout, budget_s + VERIFY_MARGIN_S)
     environment, arm = files.shadow_environment()
     began = time.monotonic()
@@ -156,3 +152,9 @@ def _child(spec: dict, findings: list[Finding], budget_s: float, options: AuditO
         return Verification(status="fix-failed",
                             note=f"verification did not finish: {failure.message if failure else 'unknown'}")
     return Verification.model_validate_json(text)
+
+
+def _verify_spec(capture: CaptureSpec, budget_s: float, options: AuditOptions, **fields) -> VerifySpec:
+    """A verification child's spec: the model loaded as the capture loaded it."""
+    return VerifySpec(model_file=capture.model_file, mode=capture.mode, device=capture.device,
+                      fetch_deadline_s=capture.fetch_deadline_s, budget_s=budget_s, pairs=options.pairs, **fields)

@@ -24,6 +24,7 @@ from advisor.patch.patch_plan import PatchPlan, plan_patch
 from advisor.report.schema import Report
 from advisor.rulekit.engine import RuleConfig
 from advisor.rulekit.rule import Finding, SourceEdit, Verification
+from advisor.sandbox.specs import VerifySpec, fetch_deadline
 from advisor.verify.orchestrate import contended_loss, measure_fixes
 from advisor.verify.patched_copy import measure_patched_model, patch_tolerance, patched_copy
 
@@ -67,9 +68,9 @@ class ModelFile:
     def measure(self, patched: str, label: str, seconds: float, tolerance: float | None, through_loader: bool,
                 chosen: list[Finding], files: FileSession) -> Verification:
         options = self.options
-        spec = {"model_file": self.entry, "mode": options.mode, "device": options.device,
-                "fetch_deadline_s": min(60.0, options.timeout / 2), "tolerance": tolerance, "budget_s": seconds,
-                "pairs": options.pairs, "through_loader": through_loader}
+        spec = VerifySpec(model_file=self.entry, mode=options.mode, device=options.device,
+                          fetch_deadline_s=fetch_deadline(options.timeout), tolerance=tolerance, budget_s=seconds,
+                          pairs=options.pairs, through_loader=through_loader)
         timeout = options.timeout if options.pairs else max(options.timeout, seconds + VERIFY_MARGIN_S)
         return measure_patched_model(spec, patched, label, timeout, files, self.progress)
 

@@ -12,6 +12,7 @@ from advisor.files.session import FileSession
 from advisor.report.schema import Report
 from advisor.rulekit.engine import RuleConfig
 from advisor.rulekit.rule import Finding, Verification
+from advisor.run.window_spec import WindowSpec
 from advisor.verify.arms import RunVerifier
 
 
@@ -22,7 +23,7 @@ class Script:
         self.entry = RunOptions(command=options.command).script
         if not self.entry.endswith(".py"):
             raise ValueError(f"no .py file in the command {' '.join(self.command)}: advisor fix edits a Python script")
-        self.window: dict = {}
+        self.window: WindowSpec | None = None
 
     def audit(self, entry: str, out_dir: str) -> Report:
         """The audited run of the user's script (theirs, as ``advisor run``'s), or of a patched copy (an
@@ -43,7 +44,7 @@ class Script:
 
     def measure(self, patched: str, label: str, seconds: float, tolerance: float, through_loader: bool,
                 chosen: list[Finding], files: FileSession) -> Verification:
-        if not self.window:
+        if self.window is None:
             return Verification(status="skipped", note="the audit's window is not known here (--from a report): "
                                                        "run advisor fix without --from to measure the patch")
         options = self.options

@@ -16,6 +16,7 @@ from advisor.ready.gathered_ready import ready_evidence
 from advisor.ready.probes import READY
 from advisor.report.schema import VerificationSettings
 from advisor.rulekit.engine import RuleConfig
+from advisor.sandbox.specs import ReadySpec, fetch_deadline
 from advisor.sandbox.supervisor import run_capture
 
 DEFAULT_BATCH_SIZES = (1, 8, 32)
@@ -34,9 +35,9 @@ class ReadyRunOptions(ReportOptions):
 
 def run_ready(options: ReadyRunOptions, progress: Callable[[str], None] = lambda text: None) -> AuditResult:
     os.makedirs(options.out_dir, exist_ok=True)
-    spec = {"model_file": os.path.abspath(options.model_file), "mode": "inference", "device": options.device,
-            "batch_sizes": list(options.batch_sizes), "precision": options.checks.precision,
-            "seconds_per_size": options.seconds_per_size, "fetch_deadline_s": min(60.0, options.timeout / 2)}
+    spec = ReadySpec(model_file=os.path.abspath(options.model_file), mode="inference", device=options.device,
+                     batch_sizes=list(options.batch_sizes), precision=options.checks.precision,
+                     seconds_per_size=options.seconds_per_size, fetch_deadline_s=fetch_deadline(options.timeout))
     run = run_capture(spec, options.timeout, READY, progress)
     gathered = gather_capture(run, options.model_file)
     gathered.judge = False  # a gate, not an audit: the checks decide, no rule runs

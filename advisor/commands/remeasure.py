@@ -104,7 +104,7 @@ def _remeasure_scripts(options: RemeasureOptions, progress: Callable[[str], None
     with tempfile.TemporaryDirectory(prefix="advisor-remeasure-") as scratch:  # the report is not kept: only its window
         audited = run_script(RunOptions(command=tuple(old), out_dir=scratch, timeout=options.timeout, verify=False,
                                         experiment=True), progress, rules)
-    if not audited.run_window:
+    if audited.run_window is None:
         return Verification(status="skipped", note=f"the run of {options.old_file} gave no window of steps to time")
     files = FileSession.start()
     try:

@@ -18,15 +18,16 @@ from advisor.report.schema import VerificationSettings
 from advisor.rulekit.engine import RuleConfig
 from advisor.run.gathered_run import gathered_run
 from advisor.run.launch import ScriptRun, discard, launch
+from advisor.run.window_spec import PROFILED_STEPS, TIMED_STEPS, WARMUP_STEPS, AuditedModel, WindowSpec
 from advisor.verify.arms import RunVerifier
 
 
 @dataclass(kw_only=True)
 class RunOptions(MeasureOptions):
     command: tuple[str, ...]
-    warmup_steps: int = 3
-    steps: int = 20
-    profile_steps: int = 3
+    warmup_steps: int = WARMUP_STEPS
+    steps: int = TIMED_STEPS
+    profile_steps: int = PROFILED_STEPS
     full: bool = False
     show_output: bool = False
     step_marker: str = ""
@@ -56,9 +57,9 @@ def run_script(options: RunOptions, progress: Callable[[str], None] = lambda tex
 
 def _run_with(files: FileSession, options: RunOptions, progress: Callable[[str], None], rules: RuleConfig) -> AuditResult:
     """The audited run (the user's: its writes are real, and journaled), then the experiments (shadowed)."""
-    window = {"warmup_steps": options.warmup_steps, "steps": options.steps, "profile_steps": options.profile_steps,
-              "full": options.full, "script": options.script, "step_marker": options.step_marker,
-              "mode": "" if options.mode == "auto" else options.mode}
+    window = WindowSpec(warmup_steps=options.warmup_steps, steps=options.steps, profile_steps=options.profile_steps,
+                        full=options.full, script=options.script, step_marker=options.step_marker,
+                        mode="" if options.mode == "auto" else options.mode)
     progress(f"running {' '.join(options.command)}")
     environment, scratch = (files.shadow_environment() if options.experiment
                             else (files.journal_environment(), files.folder))
@@ -73,15 +74,17 @@ def _run_with(files: FileSession, options: RunOptions, progress: Callable[[str],
     evidence, errors = gathered.evidence, gathered.errors
     report = assemble_report(gathered, rules, VerificationSettings(enabled=options.verify, budget_s=options.budget,
                                                                    pairs=options.pairs))
-    known: dict = {}
+    known: WindowSpec | None = None
     if not run.interrupted:
         files.remember()
         # the verification runs step and find the model as this run did, and apply the rules' own fixes
-        known = {**window, "kind": seen.get("kind"), "device": evidence.target.device, "mode": evidence.target.mode,
-                 "step_ms": evidence.timing.median_ms if evidence.timing is not None else None,
-                 "rule_dirs": list(options.rule_dirs),
-                 "model": {"class": evidence.target.model_class, "params": evidence.target.param_count}
-                 if evidence.target.model_class else {}}
+        target = evidence.target
+        known = window.model_copy(update={
+            "kind": seen.get("kind"), "device": target.device, "mode": target.mode,
+            "step_ms": evidence.timing.median_ms if evidence.timing is not None else None,
+            "rule_dirs": list(options.rule_dirs),
+            "model": AuditedModel(class_name=target.model_class, params=target.param_count or 0)
+            if target.model_class else None})
         verifier = RunVerifier(list(options.command), known, rules.ruleset, options.budget, options.timeout, files=files,
                                progress=progress, pairs=options.pairs)
         refusal = files.refusal()

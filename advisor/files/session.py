@@ -8,7 +8,6 @@ removed at the end.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import stat
@@ -17,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 
 from advisor.files.account import ExperimentRun, FileChange, FilesRecord
-from advisor.files.activate import ENVIRONMENT
+from advisor.files.activate import ENVIRONMENT, FileLayerSpec
 from advisor.files.base import Base
 from advisor.files.journal import WRITTEN_LOG, tree_size
 from advisor.files.log import read_log
@@ -64,16 +63,16 @@ class FileSession:
         """A folder of advisor's own for a run (the layers pass it through)."""
         return tempfile.mkdtemp(prefix=prefix, dir=self.folder)
 
-    def _spec(self, name: str, spec: dict) -> dict[str, str]:
+    def _spec(self, name: str, mode: str, shadow: str = "") -> dict[str, str]:
         path = os.path.join(self.folder, name)
-        with open(path, "w", encoding="utf-8") as handle:
-            json.dump({**spec, "limit": self.limit, "passthrough": self.passthrough}, handle)
+        FileLayerSpec(mode=mode, journal=self.journal, shadow=shadow, limit=self.limit,
+                      passthrough=list(self.passthrough)).write(path)
         return {ENVIRONMENT: path}
 
     def journal_environment(self) -> dict[str, str]:
         """For the audited run: its writes are real, and journaled."""
         os.makedirs(self.journal, exist_ok=True)
-        return self._spec("journal.json", {"mode": "journal", "journal": self.journal})
+        return self._spec("journal.json", "journal")
 
     def shadow_environment(self) -> tuple[dict[str, str], str]:
         """For one experiment run: a fresh shadow over the files as the audited run found them, its own
@@ -83,8 +82,8 @@ class FileSession:
         arm = self.scratch("run-")
         os.makedirs(os.path.join(arm, "tmp"))
         caches = compiler_caches(os.environ, tempfile.gettempdir())
-        environment = self._spec(os.path.join(os.path.basename(arm), "files.json"),
-                                 {"mode": "shadow", "shadow": os.path.join(arm, "shadow"), "journal": self.journal})
+        environment = self._spec(os.path.join(os.path.basename(arm), "files.json"), "shadow",
+                                 shadow=os.path.join(arm, "shadow"))
         environment.update(TMPDIR=os.path.join(arm, "tmp"), TORCHINDUCTOR_CACHE_DIR=caches[0], ADVISOR_FILES_REQUIRED="1")
         return environment, arm
 

@@ -86,7 +86,7 @@ def _recompiles(state: dict, progress: Callable[[str], None]) -> str:
     from advisor.ready.compiling import measure_recompiles
 
     model, _, batch_of = _fresh(state)
-    sizes = state["spec"]["batch_sizes"]
+    sizes = state["spec"].batch_sizes
     return measure_recompiles(model, batch_of, sizes, state["target"].path).model_dump_json()
 
 
@@ -103,10 +103,10 @@ def _latency(state: dict, progress: Callable[[str], None]) -> str:
     from advisor.ready.latency import measure_latency, memory_budget
 
     model, _, batch_of = _fresh(state)
-    target, spec = state["target"], state["spec"]
+    target, spec = state["target"], state["spec"]  # a ReadySpec
     began = time.monotonic()
-    rows = measure_latency(model, batch_of, spec["batch_sizes"], target.device, target.path,
-                           seconds_per_size=spec.get("seconds_per_size", 2.0))
+    rows = measure_latency(model, batch_of, spec.batch_sizes, target.device, target.path,
+                           seconds_per_size=spec.seconds_per_size)
     progress(f"{len(rows)} batch sizes in {time.monotonic() - began:.1f} s")
     return json.dumps({"rows": [json.loads(row.model_dump_json()) for row in rows],
                        "memory": json.loads(memory_budget(target.device).model_dump_json())})
@@ -118,5 +118,5 @@ def _precision(state: dict, progress: Callable[[str], None]) -> str:
 
     model, inputs, _ = _fresh(state)
     target = state["target"]
-    return measure_precision(model, inputs, target.device, state["spec"].get("precision", "bf16"),
+    return measure_precision(model, inputs, target.device, state["spec"].precision,
                              target.path).model_dump_json()

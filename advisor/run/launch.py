@@ -25,6 +25,7 @@ from typing import Callable
 
 from advisor.errors import StageError, stop_name
 from advisor.machine import procfs
+from advisor.run.window_spec import WindowSpec, written
 from advisor.sandbox.child import BOOT_DIR, Child, child_environment
 
 INTERRUPT_GRACE_S = 3.0
@@ -86,7 +87,7 @@ class ScriptRun:
         return [self.scratch, *self.rank_folders.values()]
 
 
-def launch(command: list[str], window: dict, timeout: float, progress: Callable[[str], None] = lambda t: None,
+def launch(command: list[str], window: WindowSpec, timeout: float, progress: Callable[[str], None] = lambda t: None,
            show_output: bool = False, environment: dict[str, str] | None = None, scratch_in: str | None = None,
            experiment: bool = False) -> ScriptRun:
     """Run ``command`` under the bootstrap until it ends, the window stops it, or ``timeout``.
@@ -95,8 +96,7 @@ def launch(command: list[str], window: dict, timeout: float, progress: Callable[
     scratch = tempfile.mkdtemp(prefix="advisor-run-", dir=scratch_in)
     run = ScriptRun(command=list(command), scratch=scratch)
     spec_path = os.path.join(scratch, "spec.json")
-    with open(spec_path, "w", encoding="utf-8") as handle:
-        json.dump({**window, "out_dir": scratch}, handle)
+    written(window.model_copy(update={"out_dir": scratch}), spec_path)
     env = child_environment({"ADVISOR_RUN_SPEC": spec_path}, environment, path_first=(BOOT_DIR, ADVISOR_ROOT),
                             leave_out=("ADVISOR_RUN_OWNER",))
     began = time.monotonic()

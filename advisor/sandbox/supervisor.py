@@ -22,6 +22,7 @@ from typing import Callable
 from advisor.errors import StageError
 from advisor.sandbox.child import BOOT_DIR, Child, child_environment
 from advisor.sandbox.registry import StagePlan
+from advisor.sandbox.specs import AnySpec, written
 
 STOP_WAIT_S = 30.0  # a stopped child: its writes in flight finish before it ends
 # Starting Python and importing torch is advisor's cost, not a stage's: the stage clock starts when
@@ -55,7 +56,7 @@ class CaptureRun:
 
 
 def run_capture(
-    spec: dict,
+    spec: AnySpec,
     timeout: float,
     plan: StagePlan,
     progress: Callable[[str], None] = lambda text: None,
@@ -67,10 +68,9 @@ def run_capture(
     verification child's shadow); ``scratch_in``: where the child's own folder goes; ``on_start``: called as each
     stage starts, with what the stages before it returned."""
     workdir = tempfile.mkdtemp(prefix="advisor-", dir=scratch_in)
-    spec = {**spec, "workdir": workdir, "stages": list(plan.stages), "stage_modules": list(plan.modules)}
+    spec = spec.model_copy(update={"workdir": workdir, "stages": list(plan.stages), "stage_modules": list(plan.modules)})
     spec_path = os.path.join(workdir, "spec.json")
-    with open(spec_path, "w", encoding="utf-8") as handle:
-        json.dump(spec, handle)
+    written(spec, spec_path)
     run = CaptureRun(outcomes={s: StageOutcome(s, "not-run") for s in plan.stages})
     read_fd, write_fd = os.pipe()
     env = child_environment({"ADVISOR_CONTROL_FD": str(write_fd), "PYTHONUNBUFFERED": "1"}, environment,

@@ -52,14 +52,15 @@ class Channel:
 
 
 def main(spec_path: str) -> int:
-    with open(spec_path, encoding="utf-8") as handle:
-        spec = json.load(handle)
-    channel = Channel(int(os.environ["ADVISOR_CONTROL_FD"]), spec["workdir"])
-    stop.listen(spec["workdir"])  # a stage advisor ends stops between two of the user's writes
+    from advisor.sandbox.specs import read_spec
+
+    spec = read_spec(spec_path)
+    channel = Channel(int(os.environ["ADVISOR_CONTROL_FD"]), spec.workdir)
+    stop.listen(spec.workdir)  # a stage advisor ends stops between two of the user's writes
     import torch  # noqa: F401 - imported before the first stage, so its clock measures the user's code only
 
     channel.send("ready")
-    plan = StagePlan(modules=tuple(spec["stage_modules"]), stages=tuple(spec["stages"]))
+    plan = StagePlan(modules=tuple(spec.stage_modules), stages=tuple(spec.stages))
     plan.load()
     run_stages({"spec": spec}, plan.stages, channel)
     channel.send("exit")

@@ -20,7 +20,7 @@ def watch_failures(state: WindowState, on_exit: Callable[[], None]) -> None:
     if signal.getsignal(signal.SIGUSR1) == signal.SIG_DFL:
         stacks = open(os.path.join(state.out, "stacks.txt"), "w")  # noqa: SIM115 - kept open for the signal
         faulthandler.register(signal.SIGUSR1, file=stacks, all_threads=False)
-    if "rank" not in state.spec:
+    if state.spec.rank is None:
         return
     previous = sys.excepthook
 
@@ -29,8 +29,8 @@ def watch_failures(state: WindowState, on_exit: Callable[[], None]) -> None:
             from advisor.errors import user_location
 
             file, line, code = user_location(traceback, state.script)
-            state.write("crash.json", {"rank": state.spec["rank"], "error": f"{kind.__name__}: {value}",
-                                        "file": file, "line": line, "code": code, "time": time.time()})
+            state.write("crash.json", {"rank": state.spec.rank, "error": f"{kind.__name__}: {value}",
+                                       "file": file, "line": line, "code": code, "time": time.time()})
         previous(kind, value, traceback)
     sys.excepthook = crashed
     if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:

@@ -19,7 +19,7 @@ class MeasuredRun:
         """``hook_forwards(model)``: the window's hooks on the model's own calls, where its calls are the steps."""
         self.state = state
         self.hook_forwards = hook_forwards
-        self.model = state.spec.get("model") or {}  # the audit run's model: class, parameter count
+        self.model = state.spec.model  # the audit run's model: class, parameter count
         self.injection = None
         self.results = None
         self.switch = None  # an A/B inside this run (switched.py): the fix on and off by blocks of steps
@@ -39,9 +39,9 @@ class MeasuredRun:
         if "numpy" in sys.modules:
             sys.modules["numpy"].random.seed(0)
         state = self.state
-        switched = state.spec.get("switched")
+        switched = state.spec.switched
         try:
-            self.injection = Injection(*fixed_target({**state.spec, "script": state.script}))
+            self.injection = Injection(*fixed_target(state.spec))
             self.injection.apply_now(switched=bool(switched))
         except NotVerifiable as reason:
             state.write("fix_refused.json", {"reason": str(reason)})
@@ -64,7 +64,7 @@ class MeasuredRun:
             self.results = FirstResults()
             self.results.watch_backward()
             register_optimizer_step_pre_hook(self._before_optimizer_step)
-        if self.model:
+        if self.model is not None:
             on_first_call(model_matcher(self.model), self._model_found)
 
     def _model_found(self, model: Any) -> None:

@@ -27,7 +27,6 @@ The window's state is one record (``window_state.py``); each watcher gets it and
 from __future__ import annotations
 
 import atexit
-import json
 import os
 import sys
 import time
@@ -37,6 +36,7 @@ from advisor.files import intercept, stop
 from advisor.files.gate import GATE
 from advisor.files.intercept import suspended
 from advisor.run.kinds import FORWARD, MARKER, OPTIMIZER, PROFILER_STEP, RANK
+from advisor.run.window_spec import WindowSpec
 from advisor.script.failures import watch_failures
 from advisor.script.profiled_steps import ProfiledSteps
 from advisor.script.recorded_calls import RecordedCall, kept
@@ -54,26 +54,26 @@ def prepare(spec_path: str) -> None:
     stop requests, and install the window right after ``import torch`` completes (the script may
     never import it)."""
     from advisor.files.imports import when_imported
+    from advisor.run.window_spec import read_window_spec
 
-    with open(spec_path, encoding="utf-8") as handle:
-        spec = json.load(handle)
-    if os.environ.get("TORCHELASTIC_RUN_ID") is not None and "RANK" in os.environ:
-        spec["out_dir"] = os.path.join(spec["out_dir"], f"rank{int(os.environ['RANK'])}")  # a torchrun worker
-        spec["rank"] = int(os.environ["RANK"])
-        os.makedirs(spec["out_dir"], exist_ok=True)
-    stop.listen(spec["out_dir"])
+    spec = read_window_spec(spec_path)
+    if os.environ.get("TORCHELASTIC_RUN_ID") is not None and "RANK" in os.environ:  # a torchrun worker
+        rank = int(os.environ["RANK"])
+        spec = spec.model_copy(update={"out_dir": os.path.join(spec.out_dir, f"rank{rank}"), "rank": rank})
+        os.makedirs(spec.out_dir, exist_ok=True)
+    stop.listen(spec.out_dir)
     when_imported("torch", lambda torch: StepWindow(spec).install())
 
 
 class StepWindow:
     """Step boundaries and their timing; the state it keeps is ``self.state``, shared with its watchers."""
 
-    def __init__(self, spec: dict):
+    def __init__(self, spec: WindowSpec):
         self.state = state = WindowState.from_spec(spec)
         if state.marker:
             state.kind = MARKER
-        elif state.measure_only and spec.get("kind"):
-            state.kind = spec["kind"]  # as the audit run found it: no restarts, no forward hooks unless forwards step
+        elif state.measure_only and spec.kind:
+            state.kind = spec.kind  # as the audit run found it: no restarts, no forward hooks unless forwards step
         self.hooks: list = []  # the forward hooks that find the model and record its calls, during the warm-up
         self.profiled = ProfiledSteps(state)
         self.signs = TrainingSigns(state, self.boundary, self._restart, self.profiled.restart_step)

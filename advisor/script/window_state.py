@@ -14,6 +14,7 @@ from advisor.files.intercept import suspended
 
 if TYPE_CHECKING:
     from advisor.machine.conditions import Watch
+    from advisor.run.window_spec import WindowSpec
     from advisor.script.collector import CollectorWatch
     from advisor.script.ddp import DDPWatcher
     from advisor.script.inference_calls import InferenceCalls
@@ -38,7 +39,7 @@ class ModuleSeen:
 class WindowState:
     # what the spec asked for
     out: str
-    spec: dict
+    spec: WindowSpec
     script: str
     warmup: int
     steps: int
@@ -90,7 +91,7 @@ class WindowState:
     parametrizations: tuple[type, ...] = ()  # torch's parametrization modules
 
     @classmethod
-    def from_spec(cls, spec: dict) -> WindowState:
+    def from_spec(cls, spec: WindowSpec) -> WindowState:
         from advisor.machine.conditions import Watch  # made once torch is imported: the bootstrap imports little
         from advisor.script.collector import CollectorWatch
         from advisor.script.ddp import DDPWatcher
@@ -98,14 +99,11 @@ class WindowState:
         from advisor.script.logged_steps import StepRecorder
         from advisor.script.step_contents import StepContents
 
-        mode = spec.get("mode") or ""
-        return cls(out=spec["out_dir"], spec=spec, script=spec.get("script", ""),
-                   warmup=int(spec.get("warmup_steps", 3)), steps=int(spec.get("steps", 20)),
-                   profile_steps=int(spec.get("profile_steps", 3)), call_steps=int(spec.get("call_steps", 10)),
-                   full=bool(spec.get("full", False)), measure_only=bool(spec.get("measure_only")), mode=mode,
-                   marker=spec.get("step_marker") or "", owner=os.getpid(), machine=Watch(),
-                   collector=CollectorWatch(), log=StepRecorder(), contents=StepContents(),
-                   inference=InferenceCalls(), ddp=DDPWatcher(), trains=mode == "train")
+        return cls(out=spec.out_dir, spec=spec, script=spec.script, warmup=spec.warmup_steps, steps=spec.steps,
+                   profile_steps=spec.profile_steps, call_steps=spec.call_steps, full=spec.full,
+                   measure_only=spec.measure_only, mode=spec.mode, marker=spec.step_marker, owner=os.getpid(),
+                   machine=Watch(), collector=CollectorWatch(), log=StepRecorder(), contents=StepContents(),
+                   inference=InferenceCalls(), ddp=DDPWatcher(), trains=spec.mode == "train")
 
     @property
     def mine(self) -> bool:

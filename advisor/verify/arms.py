@@ -33,6 +33,7 @@ from advisor.machine.conditions import Watch
 from advisor.rulekit.engine import RuleSet
 from advisor.rulekit.rule import Finding, Verification
 from advisor.run.launch import launch
+from advisor.run.window_spec import BlocksSpec, WindowSpec
 from advisor.verify.judging import LOADER_NOTE, MIN_PAIRS, judged, model_not_called, within
 from advisor.verify.measure import ABResult, verdict
 from advisor.verify.orchestrate import measure_fixes
@@ -70,7 +71,7 @@ class RunsInterrupted(Exception):
 @dataclass
 class RunVerifier:
     command: list[str]
-    window: dict  # the audit run's window spec, plus what the verification runs need to know
+    window: WindowSpec  # the audit run's window spec, with what the verification runs need to know of it
     ruleset: RuleSet
     budget_s: float
     timeout: float
@@ -102,7 +103,7 @@ class RunVerifier:
         measured = MeasuredFixes()
         try:
             measured = measure_fixes(findings, self.measure, None if self.pairs else self.budget_s,
-                                     self.minimum_s, self.window.get("device", ""), self.progress)
+                                     self.minimum_s, self.window.device, self.progress)
         except RunsInterrupted as stopped:
             self.interrupted = stopped.stopped_by
             for finding in findings:
@@ -113,7 +114,7 @@ class RunVerifier:
     def measure(self, findings: list[Finding], share_s: float) -> Verification:
         with Watch() as watch:  # advisor and the script's runs are its own; anything else is contention
             outcome = self._measure(findings, share_s)
-        outcome.device = outcome.device or self.window.get("device", "")
+        outcome.device = outcome.device or self.window.device
         if outcome.speedup is not None:
             outcome.conditions = watch.conditions
         return outcome
@@ -137,14 +138,14 @@ class RunVerifier:
             measured.note = "; ".join(part for part in (measured.note, f"whole runs: {whole_runs}") if part)
         return measured
 
-    def _why_whole_runs(self, findings: list[Finding], fixes: list[dict]) -> str:
+    def _why_whole_runs(self, findings: list[Finding], fixes: list[Finding]) -> str:
         """Why these fixes are measured in whole runs of the script, or "" when they can be switched inside one."""
         key = tuple(f.id for f in findings)
         if key not in self.whole_runs:
             self.whole_runs[key] = self._whole_runs_reason(findings, fixes)
         return self.whole_runs[key]
 
-    def _whole_runs_reason(self, findings: list[Finding], fixes: list[dict]) -> str:
+    def _whole_runs_reason(self, findings: list[Finding], fixes: list[Finding]) -> str:
         if self.candidate_command:
             return "the candidate is another script (a patched copy or a revision), run as it is"
         if not findings:
@@ -157,13 +158,13 @@ class RunVerifier:
         from advisor.verify.inject import fixed_target, why_not_switched
 
         try:
-            return why_not_switched(*fixed_target({**self.window, "fixes": fixes}))
+            return why_not_switched(*fixed_target(self.window.model_copy(update={"fixes": fixes})))
         except NotVerifiable:
             return "the fix cannot be injected"  # the run says why (fix_refused.json)
         except Exception as broken:  # noqa: BLE001 - a fix is code too: its run reports it
             return f"applying the fix raised {type(broken).__name__}"
 
-    def _measure_whole_runs(self, fixes: list[dict], findings: list[Finding], tolerance: float,
+    def _measure_whole_runs(self, fixes: list[Finding], findings: list[Finding], tolerance: float,
                             share_s: float) -> Verification:
         base, cand = Arm(), Arm()
         began = time.monotonic()
@@ -200,7 +201,7 @@ class RunVerifier:
         low, high = ab.interval()
         what = "step + data wait" if with_data else "step"
         notes = [f"{len(base.windows)} runs of the script per side, alternating; mean {what} time over each run's "
-                 f"{self.window['steps']} timed steps", errors.pop("note")]
+                 f"{self.window.steps} timed steps", errors.pop("note")]
         if first["changes_loader"]:
             notes.append(LOADER_NOTE.format(options=", ".join(f"{k}={v}" for k, v in first["loader_options"].items())))
         notes += [NOTES[f.slug] for f in findings if f.slug in NOTES]
@@ -238,8 +239,8 @@ class RunVerifier:
 
         return within(*first_results.compared(baseline, candidate), *tolerance_at(tolerance, baseline.get("precision")))
 
-    def run(self, fixes: list[dict], patched: bool = False,
-             switched: dict | None = None) -> tuple[dict, dict | None] | Verification:
+    def run(self, fixes: list[Finding], patched: bool = False,
+             switched: BlocksSpec | None = None) -> tuple[dict, dict | None] | Verification:
         """One run of the script's window; a run that dies for a reason of its own (a port still held by
         the previous job under torchrun) is tried once more before the arm is given up. ``patched``: the
         candidate side of ``advisor fix``, the patched copy of the script (its fixes are in its source)."""
@@ -250,10 +251,10 @@ class RunVerifier:
             outcome = self._run_once(fixes, command, switched)
         return outcome
 
-    def _run_once(self, fixes: list[dict], command: list[str],
-                  switched: dict | None) -> tuple[dict, dict | None] | Verification:
+    def _run_once(self, fixes: list[Finding], command: list[str],
+                  switched: BlocksSpec | None) -> tuple[dict, dict | None] | Verification:
         environment, arm = self.files.shadow_environment()
-        run = launch(command, {**self.window, "measure_only": True, "fixes": fixes, "switched": switched},
+        run = launch(command, self.window.model_copy(update={"measure_only": True, "fixes": fixes, "switched": switched}),
                      self.timeout, environment=environment, scratch_in=arm, experiment=True)
         try:
             if run.interrupted:
@@ -280,14 +281,14 @@ class RunVerifier:
 
             return window, first_results.load(run.folder)
         finally:
-            label = ("switched " if switched else "") + ("with " + " + ".join(fix["slug"] for fix in fixes) if fixes
+            label = ("switched " if switched else "") + ("with " + " + ".join(fix.slug for fix in fixes) if fixes
                      else "patched source" if command is not self.command else "baseline")
             self.files.finish_run(arm, label, run.seconds, run.returncode, run.stdout)  # its shadow is thrown away
 
 
-def _fixes(findings: list[Finding]) -> list[dict]:
-    """The fixes as a verification run's spec carries them."""
-    return [{"slug": f.slug, "finding": f.model_dump(mode="json", exclude={"verification"})} for f in findings]
+def _fixes(findings: list[Finding]) -> list[Finding]:
+    """The fixes as a verification run's spec carries them: their findings, without a verification."""
+    return [f.model_copy(update={"verification": None}) for f in findings]
 
 
 def failure_line(stderr: str) -> str:

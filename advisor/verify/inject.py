@@ -24,24 +24,24 @@ from typing import Any, Callable
 
 import torch
 
-from advisor.rulekit.rule import Finding, NotVerifiable
+from advisor.rulekit.rule import NotVerifiable
+from advisor.run.window_spec import AuditedModel, WindowSpec
 from advisor.workload.target import Target, single_process_consistent, to_channels_last
 
 
-def fixed_target(spec: dict) -> tuple[Target, Target]:
-    """(the script's target as it is, the target with every fix in ``spec["fixes"]`` applied)."""
+def fixed_target(spec: WindowSpec) -> tuple[Target, Target]:
+    """(the script's target as it is, the target with every fix in ``spec.fixes`` applied)."""
     from advisor.rulekit.engine import load_rules
 
-    baseline = Target(path=spec.get("script", ""), module=None, model=None, inputs=None,
-                      mode="train" if spec.get("mode") == "train" else "inference",
-                      device=torch.device(spec.get("device") or "cpu"))
+    baseline = Target(path=spec.script, module=None, model=None, inputs=None,
+                      mode="train" if spec.mode == "train" else "inference", device=torch.device(spec.device or "cpu"))
     candidate = baseline
-    ruleset = load_rules(spec.get("rule_dirs", ())) if spec.get("fixes") else None
-    for fix in spec.get("fixes", []):
-        rule = ruleset.get(fix["slug"])
+    ruleset = load_rules(spec.rule_dirs) if spec.fixes else None
+    for finding in spec.fixes:
+        rule = ruleset.get(finding.slug)
         if rule is None or rule.fix_spec is None or rule.fix_spec.apply is None:
-            raise NotVerifiable(f"the rule {fix['slug']} has no fix to apply")
-        candidate = rule.fix_spec.apply(candidate, Finding.model_validate(fix["finding"]))
+            raise NotVerifiable(f"the rule {finding.slug} has no fix to apply")
+        candidate = rule.fix_spec.apply(candidate, finding)
     if candidate.grad_scaler:
         raise NotVerifiable("fp16 autocast needs a GradScaler around the script's own backward and optimizer "
                             "step, which advisor run cannot inject; audit the model file to measure it")
@@ -198,9 +198,9 @@ def on_first_call(matches: Callable[[torch.nn.Module], bool], found: Callable[[t
     module_type.__call__ = finder
 
 
-def model_matcher(described: dict) -> Callable[[torch.nn.Module], bool]:
-    """The audit run's model: the same class with the same number of parameters."""
-    name, count = described.get("class", ""), described.get("params")
+def model_matcher(described: AuditedModel) -> Callable[[torch.nn.Module], bool]:
+    """The audit run's model: the same class with the same number of parameters (0: not counted)."""
+    name, count = described.class_name, described.params or None
 
     def matches(module: torch.nn.Module) -> bool:
         if type(module).__qualname__ != name:

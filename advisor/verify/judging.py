@@ -11,6 +11,7 @@ from advisor.rulekit.rule import Verification
 from advisor.verify.measure import ABResult, power_said, smallest_resolvable, verdict, why_inconclusive
 
 if TYPE_CHECKING:
+    from advisor.run.window_spec import WindowSpec
     from advisor.verify.numerics import Comparison
 
 MIN_PAIRS = 3
@@ -30,8 +31,8 @@ def judged(ab: ABResult, interval: tuple[float, float], notes: list[str], **fiel
                         resolves=smallest_resolvable(interval), note="; ".join(n for n in notes if n), **fields)
 
 
-def model_not_called(window: dict) -> Verification:
-    model = window.get("model", {}).get("class") or "not identified by the audit run"
+def model_not_called(window: WindowSpec) -> Verification:
+    model = window.model.class_name if window.model is not None else "not identified by the audit run"
     return Verification(status="fix-failed", note=f"the model ({model}) was never called in the run with "
                                                   "the fix, so the fix was not applied")
 

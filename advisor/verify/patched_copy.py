@@ -13,6 +13,7 @@ from typing import Callable
 from advisor.files.session import FileSession
 from advisor.patch.patch_plan import PatchPlan
 from advisor.rulekit.rule import Finding, Rule, Verification
+from advisor.sandbox.specs import VerifySpec
 from advisor.sandbox.supervisor import run_capture
 
 SKIPPED_DIRS = {".git", "__pycache__", "reports", ".venv", "venv", "node_modules", ".mypy_cache", ".pytest_cache"}
@@ -25,16 +26,16 @@ def patch_tolerance(rule: Rule, finding: Finding) -> float:
     return rule.patch_spec.tolerance if rule.patch_spec is not None else 1e-5
 
 
-def measure_patched_model(spec: dict, patched: str, label: str, timeout: float, files: FileSession,
+def measure_patched_model(spec: VerifySpec, patched: str, label: str, timeout: float, files: FileSession,
                           progress: Callable[[str], None]) -> Verification:
-    """The patched copy against the model file ``spec`` names (numerics within ``spec["tolerance"]``, then the
+    """The patched copy against the model file ``spec`` names (numerics within ``spec.tolerance``, then the
     interleaved timing of the step), in a verification child whose writes go to a shadow of the user's files."""
     from advisor.verify.stage import VERIFY_PATCH
 
     environment, arm = files.shadow_environment()
     began = time.monotonic()
     try:
-        outcome = run_capture({**spec, "patched_model_file": patched}, timeout, VERIFY_PATCH,
+        outcome = run_capture(spec.model_copy(update={"patched_model_file": patched}), timeout, VERIFY_PATCH,
                               lambda text: progress(f"patch: {text}"), environment=environment, scratch_in=arm)
     finally:
         files.finish_run(arm, f"patched source: {label}", time.monotonic() - began, None, "")

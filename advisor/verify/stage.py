@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Callable
 
 from advisor.sandbox.registry import StagePlan, stage
+from advisor.sandbox.specs import VerifySpec
 
 VERIFY = StagePlan(modules=("advisor.capture.stages", "advisor.verify.stage"), stages=("load", "verify"))
 
@@ -14,16 +15,14 @@ VERIFY = StagePlan(modules=("advisor.capture.stages", "advisor.verify.stage"), s
 def _verify(state: dict, progress: Callable[[str], None]) -> str:
     """The findings' fixes applied together, as one candidate, against the baseline."""
     from advisor.rulekit.engine import load_rules
-    from advisor.rulekit.rule import Finding
     from advisor.verify.copies import Budget, verify_one
 
-    spec = state["spec"]
-    ruleset = load_rules(spec.get("rule_dirs", []))
-    findings = [Finding.model_validate(item) for item in spec["verify"]]
+    spec: VerifySpec = state["spec"]
+    ruleset = load_rules(spec.rule_dirs)
+    findings = spec.verify
     fixes = [(finding, ruleset.get(finding.slug).fix_spec) for finding in findings]
     label = findings[0].slug if len(findings) == 1 else "all fixes"
-    return verify_one(state["target"], fixes, Budget(spec["budget_s"]), progress, label,
-                      spec.get("pairs")).model_dump_json()
+    return verify_one(state["target"], fixes, Budget(spec.budget_s), progress, label, spec.pairs).model_dump_json()
 
 
 VERIFY_PATCH = StagePlan(modules=("advisor.capture.stages", "advisor.verify.stage"),
@@ -46,7 +45,7 @@ def _verify_patch(state: dict, progress: Callable[[str], None]) -> str:
     numerics, then interleaved timing of the step."""
     from advisor.verify.copies import Budget, verify_patched
 
-    spec = state["spec"]
-    return verify_patched(state["target"], spec["patched_model_file"], spec["tolerance"], Budget(spec["budget_s"]),
-                          progress, spec.get("pairs"), spec.get("fetch_deadline_s", 60.0),
-                          spec.get("through_loader", False), state.get("flags_before_user_code")).model_dump_json()
+    spec: VerifySpec = state["spec"]
+    return verify_patched(state["target"], spec.patched_model_file, spec.tolerance, Budget(spec.budget_s),
+                          progress, spec.pairs, spec.fetch_deadline_s, spec.through_loader,
+                          state.get("flags_before_user_code")).model_dump_json()

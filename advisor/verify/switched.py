@@ -32,6 +32,7 @@ from typing import Any, Callable
 
 import torch
 
+from advisor.run.window_spec import BlocksSpec
 from advisor.verify.inject import Injection
 from advisor.verify.measure import ABResult, verdict
 
@@ -302,12 +303,12 @@ class Block:
 class Blocks:
     """The schedule of one switched run: which arm each step runs in, and the pairs of blocks timed."""
 
-    def __init__(self, switch: Switch, spec: dict, distributed: Callable[[], bool]):
+    def __init__(self, switch: Switch, spec: BlocksSpec, distributed: Callable[[], bool]):
         self.switch = switch
-        self.steps = int(spec["block"])  # timed steps per block (one more runs first, after the switch)
-        self.most_pairs = int(spec["most_pairs"])
-        self.exact = bool(spec.get("exact"))  # --pairs N: exactly N pairs, not fewer on a verdict
-        self.deadline = float(spec.get("deadline") or 0.0)  # wall clock (time.time()): no new pair after it
+        self.steps = spec.block  # timed steps per block (one more runs first, after the switch)
+        self.most_pairs = spec.most_pairs
+        self.exact = spec.exact  # --pairs N: exactly N pairs, not fewer on a verdict
+        self.deadline = spec.deadline  # wall clock (time.time()): no new pair after it
         self.distributed = distributed  # then every rank runs the most pairs, so all stop at the same step
         self.current = Block(fix=True, timed=False)
         self.with_data = switch.with_data

@@ -13,7 +13,8 @@ import math
 import time
 from typing import Protocol
 
-from advisor.rulekit.rule import Verification
+from advisor.rulekit.rule import Finding, Verification
+from advisor.run.window_spec import BlocksSpec, WindowSpec
 from advisor.verify.judging import LOADER_NOTE, MIN_PAIRS, judged, model_not_called, within
 from advisor.verify.measure import ABResult, verdict
 
@@ -26,19 +27,19 @@ SWITCHED_RUNS = 8  # runs of the script at the most for one switched measurement
 class Verifier(Protocol):
     """What the switched measurement needs of ``arms.RunVerifier``: its window, its pairs, its runs."""
 
-    window: dict
+    window: WindowSpec
     pairs: int | None
     switched_s: list[float]
 
-    def run(self, fixes: list[dict], patched: bool = False,
-            switched: dict | None = None) -> tuple[dict, dict | None] | Verification: ...
+    def run(self, fixes: list[Finding], patched: bool = False,
+            switched: BlocksSpec | None = None) -> tuple[dict, dict | None] | Verification: ...
 
 
-def measure_switched(verifier: Verifier, fixes: list[dict], tolerance: float,
+def measure_switched(verifier: Verifier, fixes: list[Finding], tolerance: float,
                      share_s: float) -> Verification | str:
     """The fix switched on and off by blocks of steps inside runs of the script (``switched.py``); a
     sentence instead when no run of the script gets through a pair of blocks (whole runs then)."""
-    step_s = max(float(verifier.window.get("step_ms") or 0.0) / 1000, 1e-4)
+    step_s = max((verifier.window.step_ms or 0.0) / 1000, 1e-4)
     block = min(8, max(2, math.ceil(BLOCK_S / step_s)))
     pair_s = 2 * (block + 1) * step_s
     began = time.monotonic()
@@ -52,8 +53,8 @@ def measure_switched(verifier: Verifier, fixes: list[dict], tolerance: float,
             break
         wanted = (verifier.pairs - len(baseline_ms)) if verifier.pairs else min(
             MOST_BLOCK_PAIRS, max(MIN_PAIRS, int(left / 2 / pair_s)))  # half the time left: start-up is dear
-        spec = {"block": block, "most_pairs": wanted, "exact": bool(verifier.pairs),
-                "deadline": 0.0 if verifier.pairs else time.time() + max(left - 1.0, pair_s * MIN_PAIRS)}
+        spec = BlocksSpec(block=block, most_pairs=wanted, exact=bool(verifier.pairs),
+                          deadline=0.0 if verifier.pairs else time.time() + max(left - 1.0, pair_s * MIN_PAIRS))
         run_began = time.monotonic()
         outcome = verifier.run(fixes, switched=spec)
         if isinstance(outcome, Verification):
