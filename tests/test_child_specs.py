@@ -24,7 +24,8 @@ def _finding() -> Finding:
 
 def test_each_childs_spec_reads_back_as_the_record_its_kind_names(tmp_path):
     for spec in (CaptureSpec(model_file="/m.py", trace_path="/t.json.gz", wait_for_quiet_s=2.0),
-                 VerifySpec(model_file="/m.py", budget_s=4.0, pairs=3, verify=[_finding()], rule_dirs=["/r"]),
+                 VerifySpec(model_file="/m.py", budget_s=4.0, verify=[_finding()], rule_dirs=["/r"]),
+                 VerifySpec(model_file="/m.py", budget_s=None, pairs=3, patched_model_file="/p.py"),  # --pairs
                  ReadySpec(model_file="/m.py", batch_sizes=[1, 8], precision="fp16", seconds_per_size=0.5)):
         written(spec, str(tmp_path / "spec.json"))
         back = read_spec(str(tmp_path / "spec.json"))

@@ -106,7 +106,7 @@ def _measure_in_child(findings: list[Finding], spec: CaptureSpec, options: Audit
                          joins=lambda outcome: outcome.memory is None and not outcome.source_patch)
 
 
-def _patch_child(spec: CaptureSpec, finding: Finding, rule, budget_s: float, options: AuditOptions, progress,
+def _patch_child(spec: CaptureSpec, finding: Finding, rule, budget_s: float | None, options: AuditOptions, progress,
                  files: FileSession, rules: RuleConfig) -> Verification:
     """The finding's edit of the source written into a scratch copy of the model's folder, measured against the
     original in a verification child; where no edit can be made, the reason and the rule's advice."""
@@ -129,7 +129,7 @@ def _patch_child(spec: CaptureSpec, finding: Finding, rule, budget_s: float, opt
         return measure_patched_model(patch_spec, patched, finding.slug, timeout, files, progress)
 
 
-def _child(spec: CaptureSpec, findings: list[Finding], budget_s: float, options: AuditOptions, progress,
+def _child(spec: CaptureSpec, findings: list[Finding], budget_s: float | None, options: AuditOptions, progress,
            files: FileSession) -> Verification:
     """One verification child, measuring ``findings``' fixes as one candidate: an experiment, so its
     writes go to a shadow of the user's files."""
@@ -154,7 +154,7 @@ def _child(spec: CaptureSpec, findings: list[Finding], budget_s: float, options:
     return Verification.model_validate_json(text)
 
 
-def _verify_spec(capture: CaptureSpec, budget_s: float, options: AuditOptions, **fields) -> VerifySpec:
+def _verify_spec(capture: CaptureSpec, budget_s: float | None, options: AuditOptions, **fields) -> VerifySpec:
     """A verification child's spec: the model loaded as the capture loaded it."""
     return VerifySpec(model_file=capture.model_file, mode=capture.mode, device=capture.device,
                       fetch_deadline_s=capture.fetch_deadline_s, budget_s=budget_s, pairs=options.pairs, **fields)

@@ -42,7 +42,7 @@ class CaptureSpec(ChildSpec):
 
 class VerifySpec(ChildSpec):
     kind: Literal["verify"] = "verify"
-    budget_s: float = Field(description="the time the measurement may take")
+    budget_s: float | None = Field(description="the time the measurement may take; None: --pairs decides")
     pairs: int | None = Field(default=None, description="--pairs: exactly this many A/B pairs")
     verify: list[Finding] = Field(default_factory=list, description="the findings whose fixes are measured together")
     rule_dirs: list[str] = Field(default_factory=list, description="--rules folders the fixes' rules come from")
