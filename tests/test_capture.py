@@ -243,3 +243,12 @@ def test_the_loader_is_measured_on_enough_batches_to_judge_its_pace_however_slow
     loader = DataLoader(TensorDataset(torch.randn(64, 4)), batch_size=4)
     info = measure_loader(loader, budget_s=0.0)  # the budget spent at once, as on a machine busy elsewhere
     assert info.batches_measured == MIN_BATCHES == 4 and len(info.batch_ms_samples) == MIN_BATCHES
+
+
+@pytest.mark.slow
+def test_capture_records_devices_and_constant_arguments():
+    capture = capture_graph(torch.nn.Linear(4, 4), torch.randn(2, 4))
+    [linear] = [n for n in capture.nodes if n.target == "F.linear"]
+    assert linear.device == "cpu" and linear.shape == [2, 4]
+    softmax = capture_graph(torch.nn.Softmax(dim=-1), torch.randn(2, 4))
+    assert [n.constants for n in softmax.calls()] == [["-1", "_stacklevel=5"]]

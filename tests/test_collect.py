@@ -76,7 +76,6 @@ def test_the_export_is_one_gzip_of_the_profilers_json_and_leaves_nothing_beside_
     assert len(parse_trace(str(path)).steps) == 1
 
 
-
 def test_the_recorded_events_go_as_soon_as_the_trace_is_written_not_at_the_next_collection(tmp_path):
     # torch's profile object sits in a reference cycle: its events stayed (350 MB on a 32-layer GPT) until a full
     # collection, through the audit's later stages and the user's script

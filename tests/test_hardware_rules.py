@@ -18,11 +18,9 @@ import pytest
 from advisor.assembly.build import assemble_report
 from advisor.evidence import Environment, Evidence, TargetInfo, Timing
 from advisor.gathered import Gathered
-from advisor.machine.conditions import MIN_WINDOW_S, _Snapshot, between, judge
-from advisor.machine.procfs import parse_proc_stat
+from advisor.machine.conditions import judge
 from advisor.machine.state import MeasurementConditions
 from advisor.rulekit.engine import RuleConfig, load_rules, run_rules
-from advisor.rulekit.rule import Severity
 from conftest import audit
 from devkit.contention import busy_loop, cpu_quota
 from devkit.saved_evidence import saved_evidence
@@ -57,15 +55,6 @@ def _findings(evidence: Evidence, slug: str):
 
 # --- recorded conditions -----------------------------------------------------------------------------
 
-def test_a_busy_loop_beside_the_measurement_is_a_shared_machine_and_is_named():
-    busy = recorded("busy_loop")
-    assert busy.others_share >= 0.4 and any("sched_setaffinity" in p.command for p in busy.busiest)
-    [finding], run = _findings(_evidence(busy), "shared-machine")
-    assert finding.severity == Severity.HIGH and "sched_setaffinity" in finding.message
-    assert finding.evidence["cores_free"] == 1 and "torch.set_num_threads(1)" in finding.fix.summary
-    assert run.margin.value == pytest.approx(busy.others_share, abs=1e-3)
-    assert any("other processes used" in reason for reason in judge(busy))
-
 
 def test_a_quiet_machine_is_no_finding_and_says_how_quiet():
     quiet = recorded("quiet")
@@ -74,47 +63,6 @@ def test_a_quiet_machine_is_no_finding_and_says_how_quiet():
         found, run = _findings(_evidence(quiet), slug)
         assert found == [] and run.status == "silent", slug
     assert _findings(_evidence(quiet), "shared-machine")[1].margin.value < 0.1
-
-
-def test_threads_above_a_cgroup_quota_are_reported_and_a_throttled_quota_too():
-    quota = recorded("quota")
-    assert quota.quota_cores == 0.5 and quota.throttled_share > 0.5
-    [over], _ = _findings(_evidence(quota, threads=2), "cpu-quota")
-    assert over.severity == Severity.HIGH and "2 intra-op threads under a CPU quota of 0.5 cores" in over.message
-    assert over.evidence["suggested_threads"] == 1
-    [throttled], _ = _findings(_evidence(quota, threads=1), "cpu-quota")  # no excess, but throttled all the same
-    assert throttled.severity == Severity.MEDIUM and "throttled" in throttled.message
-    assert _findings(_evidence(recorded("busy_loop")), "cpu-quota")[0] == []  # no quota set
-
-
-def test_steal_is_read_from_the_hypervisors_column_of_proc_stat():
-    """/proc/stat as a VM whose host took 20% of CPU 0 and none of CPU 1 over one second writes it."""
-    before = parse_proc_stat("cpu  0 0 0 0 0 0 0 0\ncpu0 100 0 50 800 0 0 0 50 0 0\ncpu1 100 0 50 850 0 0 0 0 0 0\n")
-    after = parse_proc_stat("cpu  0 0 0 0 0 0 0 0\ncpu0 150 0 60 820 0 0 0 70 0 0\ncpu1 150 0 60 890 0 0 0 0 0 0\n")
-    conditions = between(_Snapshot(at=0.0, cpus=before, processes={}, throttle=None),
-                         _Snapshot(at=1.0, cpus=after, processes={}, throttle=None), usable=[0, 1])
-    assert conditions.steal_share == pytest.approx(20 / 200) and conditions.others_cores == pytest.approx(1.2)
-    [finding], _ = _findings(_evidence(conditions), "steal-time")
-    assert finding.severity == Severity.MEDIUM and "stole 10%" in finding.message
-    assert _findings(_evidence(recorded("busy_loop")), "steal-time")[0] == []
-
-
-def test_a_window_shorter_than_the_ticks_can_resolve_leaves_its_shares_unread():
-    """A script's timed steps of 2.7 ms, one of whose CPUs' counters moved by a tick: read as a share, 3.7 cores
-    of 2 other processes'. Its shares are not read, the report says why, and no hardware rule judges them."""
-    before = parse_proc_stat("cpu0 100 0 50 800 0 0 0 0\ncpu1 100 0 50 850 0 0 0 0\n")
-    after = parse_proc_stat("cpu0 101 0 50 800 0 0 0 0\ncpu1 100 0 50 850 0 0 0 0\n")
-    short = between(_Snapshot(at=0.0, cpus=before, processes={}, throttle=None),
-                    _Snapshot(at=0.0027, cpus=after, processes={}, throttle=None), usable=[0, 1])
-    assert short.others_cores is None and short.steal_share is None and short.own_cores is None
-    assert any("window lasted 2.7 ms" in why for why in short.unreadable), short.unreadable
-    assert judge(short) == [] and _findings(_evidence(short), "shared-machine")[0] == []
-    report = assemble_report(Gathered(evidence=_evidence(short)), RuleConfig.load())
-    assert report.quality.state == "unknown" and "window lasted 2.7 ms" in report.quality.summary
-    long_enough = between(_Snapshot(at=0.0, cpus=before, processes={}, throttle=None),
-                          _Snapshot(at=MIN_WINDOW_S, cpus=after, processes={}, throttle=None), usable=[0, 1])
-    assert long_enough.others_cores == pytest.approx(0.01 / MIN_WINDOW_S)
-    assert not any("window lasted" in why for why in long_enough.unreadable)
 
 
 def test_a_readable_watch_over_a_block_too_short_for_the_ticks_watches_on_until_its_shares_can_be_read():

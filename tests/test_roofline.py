@@ -17,7 +17,7 @@ from advisor.machine.peaks import MachinePeaks, published_peaks
 from advisor.report.html import render_html
 from advisor.report.markdown import render_markdown
 from advisor.report.roofline_chart import roofline_chart
-from advisor.rulekit.engine import RuleConfig, run_rules
+from advisor.rulekit.engine import RuleConfig
 from advisor.trace.model import ShapedOp
 from advisor.trace.roofline import op_work, operator_rates
 from conftest import SAMPLES
@@ -69,28 +69,6 @@ def test_each_operator_group_of_the_recorded_gpt_is_held_to_its_roof():
 def _line(sample: str, text: str) -> int:
     lines = (SAMPLES / f"{sample}.py").read_text(encoding="utf-8").splitlines()
     return next(number for number, line in enumerate(lines, 1) if text in line)
-
-
-def test_narrow_attention_heads_are_far_below_their_roof_and_said_why():
-    [finding] = [f for f in RULES.run(saved_evidence("narrow_heads"))[0] if f.slug == "below-roof"]
-    assert finding.evidence["efficiency"] < 0.25 and finding.evidence["share_of_step"] >= 0.1
-    assert "heads have 4 dimensions each" in finding.message and "of 64 dimensions" in finding.fix.summary
-
-
-def test_below_roof_is_silent_on_matmuls_near_their_roof_and_not_run_without_roofs():
-    runs = []
-    findings, _ = run_rules(RULES.ruleset, saved_evidence("gpt_block"), runs=runs)
-    [run] = [r for r in runs if r.slug == "below-roof"]
-    assert "below-roof" not in {f.slug for f in findings} and run.status == "silent" and run.margin.value > 0.25
-    runs = []
-    run_rules(RULES.ruleset, saved_evidence("gpt_block").model_copy(update={"peaks": None}), runs=runs)
-    assert [r.status for r in runs if r.slug == "below-roof"] == ["not run"]
-
-
-def test_a_narrow_product_with_no_share_of_the_step_is_not_a_finding():
-    evidence = saved_evidence("narrow_heads")
-    slower_peaks = evidence.peaks.model_copy(update={"flops_per_s": {"float32": 1e6}})  # every operator at its roof
-    assert "below-roof" not in {f.slug for f in RULES.run(evidence.model_copy(update={"peaks": slower_peaks}))[0]}
 
 
 def test_the_report_carries_the_roofline_in_json_html_and_markdown():

@@ -17,6 +17,9 @@ from advisor.machine.collector_pauses import CollectorPauses
 from advisor.rulekit.engine import load_rules, run_rules
 from advisor.script.collector import CollectorWatch
 from conftest import SAMPLES
+from evidence_cases import replayed
+
+test_fires_where_the_samples_expect_it, test_is_silent_elsewhere = replayed("gc-pauses")
 
 RULES = load_rules()
 SCRIPT = "/w/train.py"

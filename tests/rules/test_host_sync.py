@@ -8,6 +8,9 @@ from advisor.evidence import Evidence, TargetInfo
 from advisor.rulekit.engine import load_rules, run_rules
 from advisor.trace.parse import parse_trace
 from conftest import SAMPLES, audit, line_of, shared_trace, write_model
+from evidence_cases import replayed
+
+test_fires_where_the_samples_expect_it, test_is_silent_elsewhere = replayed("host-sync")
 
 
 def _host_sync(result):

@@ -8,6 +8,9 @@ import pytest
 from advisor.rulekit.loops import enclosing_loop
 from conftest import SAMPLES, check_rule, line_of
 from devkit.saved_evidence import saved_evidence
+from evidence_cases import replayed
+
+test_fires_where_the_samples_expect_it, test_is_silent_elsewhere = replayed("tensor-loop")
 
 
 def test_the_momentum_update_is_found_at_its_loop_with_its_body_and_the_foreach_form():

@@ -13,6 +13,9 @@ import pytest
 
 from conftest import SAMPLES, check_rule, line_of, verify_sample
 from devkit.saved_evidence import saved_evidence
+from evidence_cases import replayed
+
+test_fires_where_the_samples_expect_it, test_is_silent_elsewhere = replayed("slow-precision")
 
 AVX2 = {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"}  # a CPU without native bf16, emulated
 

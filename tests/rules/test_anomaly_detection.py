@@ -1,0 +1,8 @@
+"""anomaly-detection (ADV113): Autograd anomaly detection left on. Its cases: the bundled samples' saved evidence
+replayed, then its own."""
+
+from __future__ import annotations
+
+from evidence_cases import replayed
+
+test_fires_where_the_samples_expect_it, test_is_silent_elsewhere = replayed("anomaly-detection")

@@ -1,0 +1,8 @@
+"""dataloader-too-many-workers (ADV131): More data-loader worker processes than the machine has cores for. Its
+cases: the bundled samples' saved evidence replayed, then its own."""
+
+from __future__ import annotations
+
+from evidence_cases import replayed
+
+test_fires_where_the_samples_expect_it, test_is_silent_elsewhere = replayed("dataloader-too-many-workers")

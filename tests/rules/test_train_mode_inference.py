@@ -1,0 +1,8 @@
+"""train-mode-inference (ADV114): An inference audit of a model left in training mode, with Dropout or BatchNorm
+active. Its cases: the bundled samples' saved evidence replayed, then its own."""
+
+from __future__ import annotations
+
+from evidence_cases import replayed
+
+test_fires_where_the_samples_expect_it, test_is_silent_elsewhere = replayed("train-mode-inference")
