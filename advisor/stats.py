@@ -175,7 +175,7 @@ def widened(value: float, low: float, high: float, half_width: float) -> tuple[f
     return math.exp(centre - half), math.exp(centre + half)
 
 
-def settling_said(timing) -> str:
+def settling_note(timing) -> str:
     """What the timing took as warm-up because the step was still getting faster (workload/settling.py), as the
     reports state it; empty when it took none."""
     if not getattr(timing, "settled_after", 0):

@@ -98,13 +98,13 @@ def test_quiet_roofs_are_cached_with_when_and_how_they_were_measured_and_read_ba
     assert measured.conditions is not None and measured.machine == cache_key(cpu, "test CPU")
     cache = tmp_path / "peaks.json"
     if measured.contended:  # the machine was busy throughout: this audit's roofs only
-        assert measured.source == "contended" and not cache.exists() and "not cached" in measured.said()
+        assert measured.source == "contended" and not cache.exists() and "not cached" in measured.provenance()
         return
     assert measured.source == "measured" and list(json.loads(cache.read_text())) == [measured.machine]
     again = machine_peaks(cpu, "test CPU")
     assert again.source == "cached" and again.flops_per_s == measured.flops_per_s
     assert again.measured_at == measured.measured_at and again.conditions == measured.conditions
-    assert "cached" in again.said() and ("quiet" in again.said()) == (measured.conditions.others_cores is not None)
+    assert "cached" in again.provenance() and ("quiet" in again.provenance()) == (measured.conditions.others_cores is not None)
 
 
 @pytest.mark.slow

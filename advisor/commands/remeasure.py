@@ -16,7 +16,7 @@ from typing import Callable
 
 from advisor.commands.fix import FixOptions, ModelFile
 from advisor.files.session import FileSession
-from advisor.report.compare import Change, DiffInputError, said
+from advisor.report.compare import Change, DiffInputError, change_note
 from advisor.rulekit.engine import RuleConfig
 from advisor.rulekit.rule import Verification
 
@@ -62,7 +62,7 @@ class RemeasureResult:
         m, change = self.measured, self.change
         if change is None:
             return f"remeasured: not measured ({m.status}: {m.note})"
-        return (f"remeasured step time: {m.baseline_ms:.4g} ms -> {m.candidate_ms:.4g} ms ({said(change)}; threshold "
+        return (f"remeasured step time: {m.baseline_ms:.4g} ms -> {m.candidate_ms:.4g} ms ({change_note(change)}; threshold "
                 f"±{self.threshold:.0%}, 95% interval of {m.samples} interleaved pairs "
                 f"{'of whole runs' if m.timed.startswith('run') else 'in one fresh process'}; {m.note})")
 

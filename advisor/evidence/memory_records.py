@@ -77,7 +77,7 @@ class PeakMemoryAB(Record):
     time_low: float | None = Field(default=None, description="95% interval of time_ratio, low end")
     time_high: float | None = None
 
-    def said(self) -> str:
+    def peaks_line(self) -> str:
         """One line for every report: the peaks, then the cost."""
         base, cand = max(self.baseline_peak_bytes, default=0), max(self.candidate_peak_bytes, default=0)
         text = f"peak {base / 2**20:.4g} → {cand / 2**20:.4g} MB ({self.ratio:.2f}x)"

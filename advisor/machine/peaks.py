@@ -48,7 +48,7 @@ class MachinePeaks(Record):
     contended: list[str] = Field(default_factory=list, description="why they may be below this machine's: other "
                                                                    "work beside the measurement (never cached)")
 
-    def said(self) -> str:
+    def provenance(self) -> str:
         """Where the roofs came from, in a sentence of the report's."""
         when = f" on {self.measured_at[:16].replace('T', ' ')} UTC" if self.measured_at else ""
         if self.source == "published":

@@ -257,7 +257,7 @@ def _p99(samples: list[float]) -> float:
     return percentile(samples, 99)
 
 
-def said(change: Change) -> str:
+def change_note(change: Change) -> str:
     if change.incomparable:
         return f"{change.ratio - 1:+.1%}: not judged ({change.incomparable})"
     if change.contended:
@@ -280,7 +280,7 @@ def render_text(diff: ReportDiff) -> str:
         lines.append("step time: not comparable (a report has no timing)")
     else:
         lines.append(f"step time: {diff.old.timing.median_ms:.4g} ms -> {diff.new.timing.median_ms:.4g} ms "
-                     f"({said(step)}; threshold ±{diff.threshold:.0%}, 95% interval of the ratio of medians, "
+                     f"({change_note(step)}; threshold ±{diff.threshold:.0%}, 95% interval of the ratio of medians, "
                      "the noise inside each run and between runs)")
         if step.judged and step.verdict == "within noise" and diff.old.target.model_file:
             files = ("OLD_MODEL_FILE NEW_MODEL_FILE" if diff.old.target.step is None  # an audit's model file
@@ -303,7 +303,7 @@ def render_text(diff: ReportDiff) -> str:
         lines.append(f"check {check.id}: {check.old} -> {check.new}"
                      + (" (borderline: decided within the noise of its threshold)" if check.borderline else ""))
     for row in diff.latency:
-        parts = [f"{name} {said(change)}" for name, change in (("p50", row.p50), ("p99", row.p99)) if change is not None]
+        parts = [f"{name} {change_note(change)}" for name, change in (("p50", row.p50), ("p99", row.p99)) if change is not None]
         lines.append(f"batch {row.batch_size}: " + "; ".join(parts))
     for label, report in (("old", diff.old), ("new", diff.new)):
         combined = report.verification.combined
@@ -323,7 +323,7 @@ border-bottom:1px solid #dde2ea}table{border-collapse:collapse;width:100%}</styl
 {% for run in contended %}<p class="bad">Unreliable {{ run }}</p>{% endfor %}
 {% if change is not none %}<p>Step time {{ "%.4g"|format(old.timing.median_ms) }} ms → {{ "%.4g"|format(new.timing.median_ms) }} ms:
 <span class="{{ 'bad' if regressed else 'good' }}">{{ "%+.1f"|format(change * 100) }}%</span>
-(threshold ±{{ "%.0f"|format(threshold * 100) }}%; {{ said }})</p>{% else %}<p>Step time not comparable.</p>{% endif %}
+(threshold ±{{ "%.0f"|format(threshold * 100) }}%; {{ step_note }})</p>{% else %}<p>Step time not comparable.</p>{% endif %}
 {% for title, items in [("Added", added), ("Resolved", resolved),
                          ("Borderline (one run only, within the noise of its threshold)", borderline),
                          ("Unreliable (one run only, decided on a contended machine)", unreliable)] %}
@@ -345,7 +345,7 @@ border-bottom:1px solid #dde2ea}table{border-collapse:collapse;width:100%}</styl
 def render_html(diff: ReportDiff) -> str:
     step = diff.step
     return _HTML.render(old=diff.old, new=diff.new, change=diff.step_change, regressed=diff.regressed,
-                        said=said(step) if step is not None else "",
+                        step_note=change_note(step) if step is not None else "",
                         threshold=diff.threshold, added=diff.added, resolved=diff.resolved, kept=diff.kept,
                         borderline=diff.borderline, unreliable=diff.unreliable, contended=diff.contended, moved=diff.moved,
                         checks=diff.checks, latency=diff.latency)

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from jinja2 import Environment, PackageLoader, select_autoescape
 
 from advisor.report.paths import short_path
-from advisor.stats import settling_said
+from advisor.stats import settling_note
 
 if TYPE_CHECKING:
     from advisor.report.schema import Report
@@ -28,7 +28,7 @@ def _number(value: float | None, digits: int = 3) -> str:
 
 _ENV.filters["short_path"] = short_path
 _ENV.filters["num"] = _number
-_ENV.filters["settling"] = settling_said
+_ENV.filters["settling"] = settling_note
 _ENV.filters["pct"] = lambda v: "–" if v is None else f"{100 * v:.1f}%"
 _ENV.filters["mb"] = lambda v: "–" if v is None else f"{v / 2**20:,.3g} MB" if abs(v) < 1000 * 2**20 else f"{v / 2**30:,.3g} GB"
 

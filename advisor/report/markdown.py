@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from advisor.report.paths import short_path
 from advisor.rulekit.rule import Finding, Verification
-from advisor.stats import run_noise_said, settling_said
+from advisor.stats import run_noise_said, settling_note
 
 if TYPE_CHECKING:
     from advisor.report.schema import Report
@@ -22,7 +22,7 @@ def render_markdown(report: Report) -> str:
     summary = []
     if report.timing is not None:
         t = report.timing
-        said = "".join(f"; {text}" for text in (run_noise_said(t), settling_said(t)) if text)
+        said = "".join(f"; {text}" for text in (run_noise_said(t), settling_note(t)) if text)
         summary.append(f"step **{t.median_ms:.3g} ms** (IQR {t.p25_ms:.3g}–{t.p75_ms:.3g}, n={len(t.samples_ms)}{said})")
     summary.append(f"**{len(report.findings)}** finding(s)")
     combined = report.verification.combined
@@ -67,7 +67,8 @@ def _roofline(report: Report) -> list[str]:
     peaks = report.roofline.peaks
     roofs = ", ".join(f"{dtype} {peak / 1e9:.3g} GFLOP/s" for dtype, peak in peaks.flops_per_s.items())
     lines = ["<details><summary>Operators against this machine's roofline</summary>", "",
-             f"Roofs ({_escape(peaks.said())}; {_escape(peaks.device)}): {roofs}; bandwidth {peaks.bandwidth_bytes_per_s / 1e9:.3g} GB/s.",
+             f"Roofs ({_escape(peaks.provenance())}; {_escape(peaks.device)}): {roofs}; "
+             f"bandwidth {peaks.bandwidth_bytes_per_s / 1e9:.3g} GB/s.",
              "", "| operator | where | ms / step | share | GFLOP/s | of its roof | bound |", "|---|---|---|---|---|---|---|"]
     for op in report.roofline.operators:
         where = f"`{short_path(op.file)}:{op.line}`" if op.file else "–"
@@ -167,7 +168,7 @@ def _verdict(v: Verification | None) -> str:
     if v is None:
         return "not verified"
     if v.memory is not None:
-        return f"{v.status} for memory: {_escape(v.memory.said())}"
+        return f"{v.status} for memory: {_escape(v.memory.peaks_line())}"
     if v.speedup is not None:
         return f"{v.status} {v.speedup:.2f}× [{v.ci_low:.2f}–{v.ci_high:.2f}]" + (" (its source patch)" if v.source_patch else "")
     return v.status

@@ -8,7 +8,7 @@ import click
 
 from advisor.report.paths import short_path
 from advisor.rulekit.rule import Verification
-from advisor.stats import run_noise_said, settling_said
+from advisor.stats import run_noise_said, settling_note
 
 if TYPE_CHECKING:
     from advisor.report.schema import FilesRecord, Report
@@ -30,7 +30,7 @@ def print_summary(report: Report, written: dict[str, str]) -> None:
     line = f"{target.model_class or target.model_file} · {target.mode} · {target.device}"
     if report.timing is not None:
         t = report.timing
-        said = "".join(f"; {text}" for text in (run_noise_said(t), settling_said(t)) if text)
+        said = "".join(f"; {text}" for text in (run_noise_said(t), settling_note(t)) if text)
         line += f" · step {t.median_ms:.3f} ms (IQR {t.p25_ms:.3f}–{t.p75_ms:.3f}, n={len(t.samples_ms)}{said})"
     click.echo(line)
     if report.quality.state != "unknown":
@@ -94,7 +94,7 @@ _STATUS_COLOURS = {"pass": "green", "warn": "yellow", "fail": "red", "skipped": 
 def print_readiness(report: Report) -> None:
     readiness = report.readiness
     if report.roofs is not None:
-        click.echo(f"Roofs: {report.roofs.said()}")
+        click.echo(f"Roofs: {report.roofs.provenance()}")
     for check in readiness.checks:
         tag = click.style(f"{check.status.upper():<7}", fg=_STATUS_COLOURS[check.status])
         click.echo(f"  {tag} {check.id}: {check.message}")
@@ -114,7 +114,7 @@ def print_readiness(report: Report) -> None:
 
 def describe_verification(v: Verification) -> str:
     if v.memory is not None:
-        return f"{v.status} for memory: {v.memory.said()}, n={v.samples}"
+        return f"{v.status} for memory: {v.memory.peaks_line()}, n={v.samples}"
     if v.speedup is not None:
         text = f"{v.status} {v.speedup:.2f}x [{v.ci_low:.2f}–{v.ci_high:.2f}], n={v.samples}"
         if v.compile_s is not None:

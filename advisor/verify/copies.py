@@ -22,7 +22,7 @@ from advisor.rulekit.engine import RuleSet
 from advisor.rulekit.rule import Finding, FixSpec, NotVerifiable, Verification
 from advisor.verify.compiled import WatchedRewrite, eager_random_in_compiled_code
 from advisor.verify.interleave import interleave
-from advisor.verify.measure import power_said, smallest_resolvable, verdict, why_inconclusive
+from advisor.verify.measure import resolution_note, smallest_resolvable, verdict, why_inconclusive
 from advisor.verify.memory_ab import memory_verdict, peaks_alternately
 from advisor.verify.numerics import compare, gradients_after, outputs_after, tolerance_at
 from advisor.verify.orchestrate import measure_fixes
@@ -267,7 +267,7 @@ def _measured(ab, fields: dict, note: str) -> Verification:
         note = "; ".join(n for n in (note, why_inconclusive(ab.speedup, (low, high))) if n)
     settled = (f"measured after {ab.settled_pairs} pairs in which the steps were still getting faster"
                if getattr(ab, "settled_pairs", 0) else "")
-    note = "; ".join(n for n in (note, settled, power_said((low, high))) if n)
+    note = "; ".join(n for n in (note, settled, resolution_note((low, high))) if n)
     return Verification(
         status=status, resolves=smallest_resolvable((low, high)),
         speedup=round(ab.speedup, 4), ci_low=round(low, 4), ci_high=round(high, 4),

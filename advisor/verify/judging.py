@@ -8,7 +8,7 @@ import statistics
 from typing import TYPE_CHECKING
 
 from advisor.rulekit.rule import Verification
-from advisor.verify.measure import ABResult, power_said, smallest_resolvable, verdict, why_inconclusive
+from advisor.verify.measure import ABResult, resolution_note, smallest_resolvable, verdict, why_inconclusive
 
 if TYPE_CHECKING:
     from advisor.run.window_spec import WindowSpec
@@ -23,7 +23,7 @@ def judged(ab: ABResult, interval: tuple[float, float], notes: list[str], **fiel
     status = verdict(ab.speedup, interval)
     if status == "inconclusive":
         notes.append(why_inconclusive(ab.speedup, interval))
-    notes.append(power_said(interval))
+    notes.append(resolution_note(interval))
     low, high = interval
     return Verification(status=status, speedup=round(ab.speedup, 4), ci_low=round(low, 4),
                         ci_high=round(high, 4), baseline_ms=round(statistics.median(ab.baseline_ms), 4),

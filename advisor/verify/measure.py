@@ -75,7 +75,7 @@ def smallest_resolvable(speedup_interval: tuple[float, float]) -> float | None:
     return round((1.0 + MIN_EFFECT) * math.sqrt(high / low), 4)
 
 
-def power_said(speedup_interval: tuple[float, float]) -> str:
+def resolution_note(speedup_interval: tuple[float, float]) -> str:
     resolves = smallest_resolvable(speedup_interval)
     return "" if resolves is None else f"these pairs resolve a change of {resolves:.2f}x or more either way"
 
