@@ -18,22 +18,19 @@ from advisor.sandbox.specs import CaptureSpec, ChildSpec
 # sessions crash the process), and the watched calls tell in advance. The stages that time something
 # (timing, trace, data) come first. From UNTIMED_FROM on, the parent reads the trace on the other core
 # (collect.TraceReadAhead): Dynamo's capture, mostly single-threaded Python, is not slowed by it, where the
-# memory stage's multi-threaded kernels would be (a step's kernels beside the parse: kernel_storm's FLOP count,
-# once a stage of its own, took 0.8 s there instead of 0.06 s alone).
+# memory stage's multi-threaded kernels would be (bench/README.md, "The capture's choices").
 CAPTURE = StagePlan(modules=("advisor.capture.stages",),
                     stages=("load", "env", "timing", "calls", "trace", "data", "peaks", "memory", "graph", "routing"))
 UNTIMED_FROM = "graph"
 PROFILE_STEPS = 5
 UNLABELLED_STEPS = 2  # profiled before the labelled ones, for the profiler's own first-step cost (capture/profile.py)
 # A longer step is profiled over fewer steps: its ops repeat the same way each step, and the profiler's recording,
-# stopping, export and parse grow with every step kept (a 32-layer GPT's 0.34 s step: 83 MB of the stage's peak
-# and 0.5 s of it a step). Enough labelled steps to hold PROFILED_MS of the step, from MIN_PROFILE_STEPS to
-# PROFILE_STEPS. The profiler's fixed first-step cost, which the unlabelled steps keep out, is lost in a step of
-# SHORT_STEP_MS or more (under the profiler with the annotator, first to fifth step: kernel_storm 20.5, 19.2,
-# 18.4, 18.7, 18.5 ms; an 8-layer GPT 109, 115, 118, 121, 126 ms; a 32-layer GPT 408, 457, 462, 465 ms).
+# stopping, export and parse grow with every step kept. Enough labelled steps to hold PROFILED_MS of the step, from
+# MIN_PROFILE_STEPS to PROFILE_STEPS. The profiler's fixed first-step cost, which the unlabelled steps keep out, is
+# lost in a step of SHORT_STEP_MS or more. The figures: bench/README.md, "The capture's choices".
 PROFILED_MS, MIN_PROFILE_STEPS, SHORT_STEP_MS = 300.0, 2, 50.0
 # A step that alone holds twice PROFILED_MS is profiled once: a second one holds no operator the first lacks and costs
-# as much again (a 64-layer GPT's 0.85 s step: 1.2 s of the audit with the profiler's own work, 9% of a bare run)
+# as much again (bench/README.md)
 ONE_STEP_MS = 2 * PROFILED_MS
 
 
