@@ -74,6 +74,11 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.xdist_group(item.module.__name__))
 
 
+# Tests over every bundled sample's saved evidence run on one worker, which parses the samples' traces once (7 s
+# here, of a fast tier of 35 s) instead of once in each worker that reaches them.
+ALL_SAMPLES = pytest.mark.xdist_group("saved-evidence")
+
+
 @pytest.fixture
 def machine_rules(monkeypatch):
     """The machine-state rules on, for the test that judges them."""

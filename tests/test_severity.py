@@ -15,7 +15,7 @@ from advisor.rulekit.rule import Severity, Verification
 from advisor.rulekit.severity import capped, decide, for_share
 from advisor.rulekit.thresholds import SettingError
 from advisor.trace.parse import parse_trace
-from conftest import shared_trace
+from conftest import ALL_SAMPLES, shared_trace
 from devkit.saved_evidence import recorded_samples, saved_evidence
 
 
@@ -51,6 +51,7 @@ def test_the_scale_and_a_rules_high_threshold_are_settable_and_decided_by_the_en
         RuleConfig.load(settings=("severity.top=1",))
 
 
+@ALL_SAMPLES
 def test_every_finding_on_saved_evidence_respects_its_measured_share():
     config = RuleConfig.load()
     for sample in recorded_samples():

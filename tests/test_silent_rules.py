@@ -10,7 +10,7 @@ from advisor.capture.recorded import evidence_from_traces
 from advisor.machine.state import MeasurementConditions
 from advisor.rulekit.engine import RuleConfig
 from advisor.trace.parse import parse_trace
-from conftest import shared_trace
+from conftest import ALL_SAMPLES, shared_trace
 from devkit.saved_evidence import DDP_DIR, as_cuda, recorded_samples, saved_evidence
 
 RULES = RuleConfig.load()
@@ -26,6 +26,7 @@ def unexplained(evidence) -> list[str]:
     return [run.slug for run in runs if run.status == "silent" and run.margin is None and not run.why]
 
 
+@ALL_SAMPLES
 @pytest.mark.parametrize("sample", recorded_samples())
 def test_every_silent_rule_explains_itself_on_each_samples_evidence(sample):
     evidence = saved_evidence(sample)

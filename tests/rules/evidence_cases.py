@@ -11,11 +11,10 @@ from typing import Callable
 import pytest
 
 from advisor.rulekit.engine import RuleSet, load_rules, run_rules
-from conftest import SAMPLES
+from conftest import ALL_SAMPLES, SAMPLES
 from devkit.saved_evidence import annotated_samples, as_cuda, saved_evidence
 
 EXPECTED = annotated_samples()
-SAVED_EVIDENCE = pytest.mark.xdist_group("saved-evidence")  # one worker loads the samples' evidence once
 
 
 @functools.cache
@@ -34,7 +33,7 @@ def findings_of(slug: str, evidence) -> list:
 
 def replayed(slug: str) -> tuple[Callable[[], None], Callable[[], None]]:
     """(its positive cases, its negative cases) as two tests."""
-    @SAVED_EVIDENCE
+    @ALL_SAMPLES
     def test_fires_where_the_samples_expect_it_at_their_lines():
         cases = 0
         for sample, expect in sorted(EXPECTED.items()):
@@ -52,7 +51,7 @@ def replayed(slug: str) -> tuple[Callable[[], None], Callable[[], None]]:
         if not cases:
             pytest.skip(f"no bundled sample's evidence fires {slug} here: its positive cases are its file's own")
 
-    @SAVED_EVIDENCE
+    @ALL_SAMPLES
     def test_is_silent_on_every_sample_that_does_not_expect_it():
         for sample, expect in sorted(EXPECTED.items()):
             evidence = saved_evidence(sample)
