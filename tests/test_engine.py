@@ -123,8 +123,10 @@ def test_settings_are_validated():
                          ("severity.high_share=1.5", "high_share is a share, between 0 and 1")]:
         with pytest.raises(SettingError, match=re.escape(message)):
             parse_settings(ruleset, [bad])
-    with pytest.raises(SettingError, match="no rule named nope"):
+    with pytest.raises(SettingError, match="no rule named or coded 'nope'"):
         check_disabled(ruleset, ["nope"])
+    host_sync = ruleset.get("host-sync")
+    assert check_disabled(ruleset, [host_sync.code]) == {"host-sync"} == check_disabled(ruleset, ["host-sync"])
 
 
 @pytest.mark.slow

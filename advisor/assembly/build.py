@@ -9,10 +9,13 @@ and the report is filled from it; the fixes' verdicts are then folded in by the 
 
 from __future__ import annotations
 
+import os
+
 from advisor.assembly.quality import mark_unreliable, measurement_quality
 from advisor.assembly.summarize import summarize_graph, summarize_performance, summarize_roofline, summarize_trace
+from advisor.assembly.suppression import suppress
 from advisor.gathered import Gathered
-from advisor.report.schema import Report, RuleProblemRecord, VerificationSettings
+from advisor.report.schema import ConfigurationRecord, Report, RuleProblemRecord, VerificationSettings
 from advisor.rulekit.engine import RuleConfig
 from advisor.rulekit.rule import Layer
 from advisor.version import __version__
@@ -33,8 +36,11 @@ def assemble_report(gathered: Gathered, rules: RuleConfig, verification: Verific
         environment=evidence.env, timing=evidence.timing, data=evidence.data, flops=evidence.flops,
         ranks=evidence.rank_summaries, memory=evidence.memory,
     )
+    report.configuration = ConfigurationRecord(file=rules.config_file, turned_off=sorted(rules.configured_off))
     if run_rules:
-        report.findings, problems = rules.run(evidence, report.rules)
+        findings, problems = rules.run(evidence, report.rules)
+        root = os.path.dirname(rules.config_file) if rules.config_file else ""
+        report.findings, report.suppressed = suppress(findings, rules.per_file_ignores, root)
         report.rule_problems += [RuleProblemRecord(source=p.source, message=p.message) for p in problems]
     report.quality = measurement_quality(evidence)
     mark_unreliable(report, rules.ruleset.slugs_of(Layer.HARDWARE))

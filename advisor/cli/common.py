@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import traceback
@@ -9,6 +10,7 @@ import traceback
 import click
 
 import advisor.cli.flags as flags
+from advisor.cli.config import CONFIG_OPTIONS
 from advisor.report.write import FORMATS
 
 EXIT_FAILED = 2
@@ -22,16 +24,25 @@ def fail(message: str, debug: bool = False) -> None:
 
 
 def formats_of(value: str) -> tuple[str, ...]:
+    """The formats asked for; with ``--out -`` and no ``--format``, JSON alone (one format goes to stdout)."""
+    context = click.get_current_context(silent=True)
+    if context is not None and context.params.get("out_dir") == "-":
+        source = context.get_parameter_source("formats")
+        if source is not None and source.name == "DEFAULT":
+            value = "json"
     chosen = tuple(part.strip() for part in value.split(",") if part.strip())
     unknown = [f for f in chosen if f not in FORMATS]
     if unknown or not chosen:
         raise click.BadParameter(f"expected a comma-separated subset of {','.join(FORMATS)}; got {value!r}")
+    if context is not None and context.params.get("out_dir") == "-" and len(chosen) != 1:
+        raise click.BadParameter(f"--out - prints one format to stdout, not {value!r}", param_hint="'--format'")
     return chosen
 
 
 def report_options(command):
     """The options audit, run and analyze share: where reports go, which rules, when to fail."""
-    for option in reversed([flags.out(), flags.FORMAT, flags.RULES, flags.settings(), flags.DISABLE, flags.fail_on()]):
+    for option in reversed([flags.out(), flags.FORMAT, flags.RULES, flags.settings(), flags.DISABLE, flags.fail_on(),
+                            *CONFIG_OPTIONS]):
         command = option(command)
     return command
 
@@ -57,3 +68,15 @@ def check_model_file(model_file: str) -> None:
 def no_such_file(path: str, instead: str) -> str:
     """The one way a missing file is said: its path, and what the command expected."""
     return f"{path}: no such file; {instead}"
+
+
+def summarize(report, written: dict[str, str]) -> None:
+    """The terminal summary: on stderr where the report itself went to stdout (``--out -``)."""
+    from advisor.report.terminal import print_summary
+    from advisor.report.write import STDOUT
+
+    if STDOUT in written.values():
+        with contextlib.redirect_stdout(sys.stderr):
+            print_summary(report, {})
+    else:
+        print_summary(report, written)

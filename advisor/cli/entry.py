@@ -17,11 +17,13 @@ from advisor.cli.common import (
     model_file_options,
     no_such_file,
     report_options,
+    summarize,
 )
+from advisor.cli.config import configured
 from advisor.cli.fix_command import fix
 from advisor.commands.analyze import AnalyzeOptions, run_analyze
 from advisor.errors import stop_name, stop_on_signals
-from advisor.report.terminal import print_problems, print_summary
+from advisor.report.terminal import print_problems
 from advisor.report.write import write_reports
 from advisor.rulekit import severity
 from advisor.rulekit.engine import load_rules
@@ -57,9 +59,18 @@ def audit(model_file, out_dir, formats, mode, device, timeout, rule_dirs, settin
         rule_dirs=tuple(rule_dirs), settings=tuple(settings), disabled=tuple(disabled), fail_on=fail_on,
         verify=verify, budget=budget, pairs=pairs, shadow_limit_mb=shadow_limit, wait_for_quiet_s=wait_for_quiet,
     )
+    options = _configured(options, model_file, debug)
     stem = os.path.splitext(os.path.basename(model_file))[0]
-    _audit_and_report(lambda progress: run_audit(options, progress), model_file, stem, out_dir, chosen, fail_on,
-                      quiet, debug)
+    _audit_and_report(lambda progress: run_audit(options, progress), model_file, stem, out_dir, chosen,
+                      options.fail_on, quiet, debug)
+
+
+def _configured(options, subject: str, debug: bool):
+    """The options with [tool.advisor]'s values where the command line gave none (cli/config.py)."""
+    try:
+        return configured(options, subject)
+    except SettingError as bad:
+        fail(str(bad), debug)
 
 
 def _audit_and_report(audit_with, subject: str, stem: str, out_dir: str, formats: tuple[str, ...], fail_on: str,
@@ -76,13 +87,15 @@ def _audit_and_report(audit_with, subject: str, stem: str, out_dir: str, formats
         fail(f"{subject}: internal error in advisor: {type(unexpected).__name__}: {unexpected}", debug)
     try:
         result.written = write_reports(result.report, out_dir, stem, formats)
+    except ValueError as refused:
+        fail(str(refused), debug)
     except OSError as refused:
         print_problems(result.report, subject, debug)
         fail(f"{subject}: the reports could not be written to {os.path.abspath(out_dir)}: "
               f"{refused.strerror or refused} (a script that removed its own working folder removes the reports' "
               "folder too; pass --out elsewhere)", debug)
     print_problems(result.report, subject, debug)
-    print_summary(result.report, result.written)
+    summarize(result.report, result.written)
     sys.exit(result.exit_code(fail_on))
 
 
@@ -121,8 +134,9 @@ def run(command, out_dir, formats, rule_dirs, settings, disabled, fail_on, warmu
     script = options.script
     if script.endswith(".py") and not os.path.isfile(script):
         fail(no_such_file(script, "advisor run runs the command after --, e.g. advisor run -- python train.py"))
-    _audit_and_report(lambda progress: run_script(options, progress), script, options.stem, out_dir, chosen, fail_on,
-                      quiet, debug)
+    options = _configured(options, script if script.endswith(".py") else os.getcwd(), debug)
+    _audit_and_report(lambda progress: run_script(options, progress), script, options.stem, out_dir, chosen,
+                      options.fail_on, quiet, debug)
 
 
 def _refuse_an_option_as_command(command: tuple[str, ...]) -> None:
@@ -201,8 +215,10 @@ def ready(model_file, batch_sizes, latency_budget, precision, precision_toleranc
 def analyze(paths, cluster, out_dir, formats, rule_dirs, settings, disabled, fail_on, debug) -> None:
     """Audit recorded Kineto traces (.json / .json.gz, or a folder of per-rank traces)."""
     chosen = formats_of(formats)
-    options = AnalyzeOptions(paths=tuple(paths), cluster=cluster, out_dir=out_dir, rule_dirs=tuple(rule_dirs),
-                             settings=tuple(settings), disabled=tuple(disabled))
+    options = _configured(AnalyzeOptions(paths=tuple(paths), cluster=cluster, out_dir=out_dir, fail_on=fail_on,
+                                         rule_dirs=tuple(rule_dirs), settings=tuple(settings),
+                                         disabled=tuple(disabled)), paths[0], debug)
+    fail_on = options.fail_on
     # One pass over a large acyclic trace: the cyclic collector would only walk it again and again.
     # It is back on once the trace is freed (when _analyze returns), so it never walks it at all.
     with gc_paused():
@@ -226,7 +242,7 @@ def _analyze(options: AnalyzeOptions, first_path: str, out_dir: str, chosen: tup
         return EXIT_FAILED
     written = write_reports(result.report, out_dir, result.stem, chosen)
     print_problems(result.report, first_path, debug)
-    print_summary(result.report, written)
+    summarize(result.report, written)
     return result.report.exit_code(fail_on)
 
 

@@ -36,7 +36,7 @@ class AnalyzeResult:
 
 def run_analyze(options: AnalyzeOptions) -> AnalyzeResult:
     """Raises SettingError for bad --set/--disable; a broken trace becomes a report error."""
-    rules = RuleConfig.load(options.rule_dirs, options.settings, options.disabled)
+    rules = RuleConfig.of(options)
     gathered, files = gathered_traces(options.paths, options.cluster)
     note = "a recorded trace: fixes cannot be run, only advised" if gathered.judge else ""
     report = assemble_report(gathered, rules, VerificationSettings(enabled=False, note=note))

@@ -55,7 +55,7 @@ class AuditResult:
 def run_audit(options: AuditOptions, progress: Callable[[str], None] = lambda text: None,
               rules: RuleConfig | None = None) -> AuditResult:
     """Run one audit. Raises SettingError for bad --set/--disable before running anything."""
-    rules = rules or RuleConfig.load(options.rule_dirs, options.settings, options.disabled)
+    rules = rules or RuleConfig.of(options)
     os.makedirs(options.out_dir, exist_ok=True)
     stem = os.path.splitext(os.path.basename(options.model_file))[0]
     trace_path = os.path.abspath(os.path.join(options.out_dir, f"{stem}.trace.json.gz"))

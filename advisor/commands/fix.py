@@ -77,7 +77,7 @@ class ModelFile:
 
 def run_fix(options: FixOptions, progress: Callable[[str], None] = lambda text: None,
             rules: RuleConfig | None = None) -> FixResult:
-    rules = rules or RuleConfig.load(options.rule_dirs, options.settings, options.disabled)
+    rules = rules or RuleConfig.of(options)
     if options.command:
         from advisor.commands.fix_script import Script
 

@@ -18,6 +18,10 @@ class RuleOptions(ReportOptions):
     rule_dirs: tuple[str, ...] = ()
     settings: tuple[str, ...] = ()  # --set OWNER.NAME=VALUE
     disabled: tuple[str, ...] = ()
+    select: tuple[str, ...] = ()  # codes, code prefixes or slugs; empty: every rule
+    ignore: tuple[str, ...] = ()
+    per_file_ignores: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (a glob of paths, the rules off in them)
+    config_file: str = ""  # the pyproject.toml whose [tool.advisor] these came from
 
 
 @dataclass(kw_only=True)

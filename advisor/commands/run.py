@@ -46,7 +46,7 @@ class RunOptions(MeasureOptions):
 
 def run_script(options: RunOptions, progress: Callable[[str], None] = lambda text: None,
                rules: RuleConfig | None = None) -> AuditResult:
-    rules = rules or RuleConfig.load(options.rule_dirs, options.settings, options.disabled)
+    rules = rules or RuleConfig.of(options)
     os.makedirs(options.out_dir, exist_ok=True)
     files = FileSession.start(options.shadow_limit_mb)
     try:

@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from advisor.report.schema import Report
 
 SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
+FINGERPRINT = "advisorFinding/v1"
 _LEVELS = {"high": "error", "medium": "warning", "low": "note", "info": "note"}
 
 
@@ -59,6 +60,9 @@ def _result(finding: Finding, rule_index: int) -> dict:
         "message": {"text": finding.message + (f" Fix: {finding.fix.summary}" if finding.fix else "")},
         "properties": {"slug": finding.slug, "impact": finding.impact,
                        "verification": finding.verification.status if finding.verification else None},
+        # the finding's stable identity (rulekit/identity.py: its rule and the code at its places, not their line
+        # numbers): code scanning follows the finding across commits by it
+        "partialFingerprints": {FINGERPRINT: finding.id} if finding.id else None,
     }
     locations = [_location(loc.file, loc.line, loc.code) for loc in finding.locations if loc.file and loc.line > 0]
     if locations:

@@ -97,6 +97,22 @@ class RuleProblemRecord(Record):
     message: str
 
 
+class Suppressed(Record):
+    """A finding a team decided to keep: out of the checklist and every gate, still in the report."""
+
+    finding: Finding
+    by: str = Field(description="'# noqa' at file:line, or per-file-ignores in the configuration file")
+    file: str = ""
+    line: int = 0
+
+
+class ConfigurationRecord(Record):
+    """What configured the rules of this report."""
+
+    file: str = Field(default="", description="the pyproject.toml whose [tool.advisor] was read; empty: none")
+    turned_off: list[str] = Field(default_factory=list, description="the rules left out, by the file or the flags")
+
+
 class VerificationSettings(Record):
     enabled: bool = True
     budget_s: float = 120.0
@@ -135,6 +151,9 @@ class Report(Record):
     roofs: MachinePeaks | None = Field(default=None, description="the machine's roofs and where they came from")
     memory: StepMemory | None = Field(default=None, description="what the step holds in memory, by kind")
     findings: list[Finding] = Field(default_factory=list)
+    suppressed: list[Suppressed] = Field(default_factory=list, description="findings a '# noqa' or per-file-ignores "
+                                                                            "kept out of the checklist")
+    configuration: ConfigurationRecord = Field(default_factory=ConfigurationRecord)
     errors: list[StageError] = Field(default_factory=list)
     stages: list[StageRecord] = Field(default_factory=list)
     rule_problems: list[RuleProblemRecord] = Field(default_factory=list)

@@ -38,10 +38,16 @@ def print_summary(report: Report, written: dict[str, str]) -> None:
         click.echo(click.style(f"Machine: {report.quality.summary}", fg="yellow" if contended else None))
     for contended_fix in report.quality.verifications:
         click.echo(click.style(f"Machine: measured under contention: {contended_fix}", fg="yellow"))
+    if report.configuration.file:
+        off = ", ".join(report.configuration.turned_off) or "no rule"
+        click.echo(f"Configuration: {short_path(report.configuration.file)} [tool.advisor] ({off} turned off)")
     if report.readiness is not None:
         print_readiness(report)
     elif not report.findings:
         click.echo("No findings.")
+    if report.suppressed:
+        click.echo(f"Suppressed ({len(report.suppressed)}, kept in the JSON report): " + "; ".join(
+            f"{s.finding.slug} by {s.by}" for s in report.suppressed[:5]))
     for finding in report.findings:
         severity = finding.severity.value if finding.severity else "info"
         tag = click.style(f"{severity.upper():<6}", fg=_COLOURS.get(severity))

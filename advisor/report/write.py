@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -38,8 +39,17 @@ def save(report: Report, path: str) -> str:
     return path
 
 
+STDOUT = "-"  # --out -: the one format asked for, printed for a pipe
+
+
 def write_reports(report: Report, out_dir: str, stem: str, formats: tuple[str, ...]) -> dict[str, str]:
-    """Write ``<out_dir>/<stem>.<format>`` for each format."""
+    """Write ``<out_dir>/<stem>.<format>`` for each format; with ``out_dir`` ``-``, the one format to stdout."""
+    if out_dir == STDOUT:
+        if len(formats) != 1:
+            raise ValueError(f"--out - prints one format, not {','.join(formats)}: pick one with --format")
+        sys.stdout.write(render(formats[0], report) + "\n")
+        sys.stdout.flush()
+        return {formats[0]: STDOUT}
     os.makedirs(out_dir, exist_ok=True)
     written = {}
     for fmt in formats:

@@ -21,6 +21,7 @@ from advisor.rulekit import severity
 from advisor.rulekit.identity import assign_ids
 from advisor.rulekit.needs import missing
 from advisor.rulekit.rule import Clean, Finding, Layer, Rule, RuleRun, Severity, Thresholds
+from advisor.rulekit.selection import matching, turned_off
 from advisor.rulekit.thresholds import SettingError, setting_value
 from advisor.sources import is_library_path
 from advisor.trace.gc_pause import gc_paused
@@ -146,11 +147,8 @@ DISABLE_VARIABLE = "ADVISOR_DISABLE"  # rules to leave out of every run, comma-s
 
 
 def check_disabled(ruleset: RuleSet, disabled: Iterable[str]) -> set[str]:
-    slugs = set(disabled)
-    unknown = sorted(s for s in slugs if ruleset.get(s) is None)
-    if unknown:
-        raise SettingError(f"--disable or {DISABLE_VARIABLE}: no rule named {', '.join(unknown)} (see 'advisor rules')")
-    return slugs
+    """The slugs ``--disable`` or ``ADVISOR_DISABLE`` name, by slug or code."""
+    return matching(ruleset.rules, disabled, f"--disable or {DISABLE_VARIABLE}")
 
 
 def thresholds_for(rule: Rule, overrides: dict[str, dict[str, float]]) -> Thresholds:
@@ -165,24 +163,40 @@ class RuleConfig:
     ruleset: RuleSet
     overrides: dict[str, dict[str, float]] = field(default_factory=dict)
     disabled: set[str] = field(default_factory=set)
+    config_file: str = ""  # the [tool.advisor] read, if one was
+    configured_off: set[str] = field(default_factory=set)  # by select and ignore (the file's, or the flags')
+    per_file_ignores: tuple[tuple[str, frozenset[str]], ...] = ()  # (a glob of paths, the slugs off in them)
 
     @classmethod
-    def load(cls, rule_dirs: Iterable[str] = (), settings: Iterable[str] = (),
-             disabled: Iterable[str] = ()) -> "RuleConfig":
-        """Raises SettingError for a --set, --disable or ``ADVISOR_DISABLE`` that names nothing."""
+    def load(cls, rule_dirs: Iterable[str] = (), settings: Iterable[str] = (), disabled: Iterable[str] = (),
+             select: Iterable[str] = (), ignore: Iterable[str] = (),
+             per_file_ignores: Iterable[tuple[str, tuple[str, ...]]] = (), config_file: str = "") -> "RuleConfig":
+        """Raises SettingError for a --set, --disable, --select, --ignore or ``ADVISOR_DISABLE`` that names nothing."""
         ruleset = load_rules(rule_dirs)
         from_environment = [slug.strip() for slug in os.environ.get(DISABLE_VARIABLE, "").split(",") if slug.strip()]
-        return cls(ruleset, parse_settings(ruleset, settings), check_disabled(ruleset, [*disabled, *from_environment]))
+        configured = turned_off(ruleset.rules, select, ignore, config_file or "the command line")
+        off = check_disabled(ruleset, [*disabled, *from_environment]) | configured
+        paths = tuple((pattern, frozenset(matching(ruleset.rules, names, f"{config_file} per-file-ignores")))
+                      for pattern, names in per_file_ignores)
+        return cls(ruleset, parse_settings(ruleset, settings), off, config_file, configured, paths)
+
+    @classmethod
+    def of(cls, options) -> "RuleConfig":
+        """The rules a command's options (``commands/options.RuleOptions``) configure."""
+        return cls.load(options.rule_dirs, options.settings, options.disabled, options.select, options.ignore,
+                        options.per_file_ignores, options.config_file)
 
     def run(self, evidence: Evidence, runs: list[RuleRun] | None = None) -> tuple[list[Finding], list[RuleProblem]]:
-        return run_rules(self.ruleset, evidence, self.overrides, self.disabled, runs)
+        by_configuration = f"{self.config_file} [tool.advisor]" if self.config_file else "--select or --ignore"
+        why = {slug: by_configuration if slug in self.configured_off else "--disable" for slug in self.disabled}
+        return run_rules(self.ruleset, evidence, self.overrides, why, runs)
 
 
 def run_rules(
     ruleset: RuleSet,
     evidence: Evidence,
     overrides: dict[str, dict[str, float]] | None = None,
-    disabled: set[str] | None = None,
+    disabled: set[str] | dict[str, str] | None = None,
     runs: list[RuleRun] | None = None,
 ) -> tuple[list[Finding], list[RuleProblem]]:
     """Every rule over the evidence. ``runs``, when given, receives what each rule did (fired, silent with
@@ -194,7 +208,8 @@ def run_rules(
     with gc_paused():  # rules allocate many small acyclic objects next to a large live trace
         for rule in ruleset.rules:
             if disabled and rule.slug in disabled:
-                runs.append(RuleRun(slug=rule.slug, status="disabled", why="--disable"))
+                why = disabled.get(rule.slug, "--disable") if isinstance(disabled, dict) else "--disable"
+                runs.append(RuleRun(slug=rule.slug, status="disabled", why=why))
                 continue
             if (lacking := missing(rule.needs, evidence)) is not None:
                 runs.append(RuleRun(slug=rule.slug, status="not run", why=lacking))

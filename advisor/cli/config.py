@@ -1,0 +1,109 @@
+"""``[tool.advisor]`` in the nearest ``pyproject.toml`` above the audited file or script (or ``--config FILE``), as
+ruff reads ``[tool.ruff]``: which rules (``select``, ``ignore``, ``extend-ignore``, ``per-file-ignores``), when to
+fail (``fail-on``), the verification's ``budget`` and thresholds (``set``, the ``--set`` names). A flag given on
+the command line wins over the file; ``--extend-ignore`` adds to the file's ``ignore``.
+
+    [tool.advisor]
+    ignore = ["gc-pauses"]
+    fail-on = "medium"
+    set = { "host-sync.min_per_step" = 3 }
+    per-file-ignores = { "scripts/*.py" = ["ADV110"] }
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+
+import click
+
+from advisor.rulekit.thresholds import SettingError
+
+KEYS = ("select", "ignore", "extend-ignore", "fail-on", "budget", "set", "per-file-ignores")
+
+
+def find_config(start: str) -> str:
+    """The nearest pyproject.toml with a [tool.advisor] table, from ``start``'s folder up; empty when none."""
+    folder = os.path.dirname(os.path.abspath(start)) if not os.path.isdir(start) else os.path.abspath(start)
+    while True:
+        candidate = os.path.join(folder, "pyproject.toml")
+        if os.path.isfile(candidate) and "advisor" in _read(candidate).get("tool", {}):
+            return candidate
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            return ""
+        folder = parent
+
+
+def _read(path: str) -> dict:
+    try:
+        with open(path, "rb") as handle:
+            return tomllib.load(handle)
+    except (OSError, tomllib.TOMLDecodeError) as bad:
+        raise SettingError(f"{path}: cannot be read as TOML ({bad})") from None
+
+
+def table(path: str) -> dict:
+    """``path``'s [tool.advisor], its keys and their types checked."""
+    found = _read(path).get("tool", {}).get("advisor", {})
+    unknown = sorted(set(found) - set(KEYS))
+    if unknown:
+        raise SettingError(f"{path}: [tool.advisor] has no setting {', '.join(map(repr, unknown))} "
+                           f"(it takes: {', '.join(KEYS)})")
+    for key in ("select", "ignore", "extend-ignore"):
+        if not isinstance(found.get(key, []), list) or not all(isinstance(n, str) for n in found.get(key, [])):
+            raise SettingError(f"{path}: [tool.advisor] {key} is a list of rule codes or slugs")
+    if not isinstance(found.get("set", {}), dict) or not isinstance(found.get("per-file-ignores", {}), dict):
+        raise SettingError(f"{path}: [tool.advisor] set and per-file-ignores are tables")
+    return found
+
+
+def configured(options, subject: str):
+    """``options`` with the configuration file's values where the command line gave none."""
+    context = click.get_current_context()
+    given = context.meta.get("advisor.config") or ""
+    path = os.path.abspath(given) if given else find_config(subject)
+    if given and not os.path.isfile(path):
+        raise SettingError(f"{given}: no such configuration file")
+    found = table(path) if path else {}
+
+    def from_command_line(name: str) -> bool:
+        source = context.get_parameter_source(name)
+        return source is not None and source.name in ("COMMANDLINE", "ENVIRONMENT")
+
+    meta = context.meta
+    update = {"config_file": path,
+              "select": tuple(meta.get("advisor.select") or found.get("select", ())),
+              "ignore": tuple(meta.get("advisor.ignore") or found.get("ignore", ()))
+              + tuple(meta.get("advisor.extend_ignore", ())) + tuple(found.get("extend-ignore", ())),
+              "settings": tuple(f"{key}={value}" for key, value in found.get("set", {}).items()) + options.settings,
+              "per_file_ignores": tuple((pattern, tuple(names)) for pattern, names in
+                                        found.get("per-file-ignores", {}).items())}
+    if "fail-on" in found and not from_command_line("fail_on"):
+        update["fail_on"] = str(found["fail-on"])
+    if "budget" in found and hasattr(options, "budget") and not from_command_line("budget"):
+        update["budget"] = float(found["budget"])
+    return dataclasses.replace(options, **update)
+
+
+def _remember(key: str):
+    def store(context: click.Context, parameter: click.Parameter, value):
+        if value:
+            names = value if isinstance(value, str) else ",".join(value)
+            context.meta[key] = names if key == "advisor.config" else tuple(
+                n.strip() for n in names.split(",") if n.strip())
+        return value
+    return store
+
+
+CONFIG_OPTIONS = (
+    click.option("--config", type=click.Path(dir_okay=False), expose_value=False, callback=_remember("advisor.config"),
+                 help="The pyproject.toml whose [tool.advisor] to read [default: the nearest one above the file]."),
+    click.option("--select", multiple=True, expose_value=False, callback=_remember("advisor.select"),
+                 metavar="CODES", help="Only these rules (codes, code prefixes or slugs, comma-separated)."),
+    click.option("--ignore", multiple=True, expose_value=False, callback=_remember("advisor.ignore"),
+                 metavar="CODES", help="Leave these rules out (instead of the file's ignore)."),
+    click.option("--extend-ignore", multiple=True, expose_value=False, callback=_remember("advisor.extend_ignore"),
+                 metavar="CODES", help="Leave these rules out too (beside the file's ignore)."),
+)
