@@ -81,7 +81,31 @@ def test_a_report_is_data_and_shows_as_its_html_report_in_a_notebook():
     shell = interactive.InteractiveShell.instance()
     try:
         advisor._show_reports_in_notebooks()
-        data, _ = shell.display_formatter.format(Report(target=TargetInfo(model_file="model.py")))
+        report = Report(target=TargetInfo(model_file="model.py"))
+        data, _ = shell.display_formatter.format(report)
         assert "<!DOCTYPE html>" in data["text/html"]
+        data, _ = shell.display_formatter.format(advisor.diff(report, report))  # a diff shows as advisor diff's page
+        assert "<html" in data["text/html"].lower()
     finally:
         interactive.InteractiveShell.clear_instance()
+
+
+TRACE = SAMPLES.parent / "tests" / "data" / "evidence" / "host_sync.trace.json.gz"
+
+
+def test_analyze_and_diff_from_python_return_the_objects_the_commands_report(tmp_path):
+    """advisor.analyze(trace) is advisor analyze's report; advisor.diff(old, new) its diff, of Report objects or
+    saved JSON reports alike."""
+    report = advisor.analyze(TRACE)
+    assert report.errors == [] and "host-sync" in {f.slug for f in report.findings}
+    assert advisor.analyze(TRACE, disable=["host-sync"]).findings == []
+    saved = advisor.save(report, str(tmp_path / "old.json"))
+    same = advisor.diff(saved, report)
+    assert not same.regressed and same.added == [] and same.resolved == []
+    quiet = advisor.analyze(TRACE, disable=["host-sync"])
+    changed = advisor.diff(report, quiet)
+    assert [f.slug for f in changed.resolved] == ["host-sync"]
+    assert "<html" in advisor.notebook_html(changed).lower()
+    broken = tmp_path / "cut.json"
+    broken.write_text('{"traceEvents": [', encoding="utf-8")
+    assert advisor.analyze(broken).errors  # said in the report, as the command says it
