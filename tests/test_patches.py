@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from advisor.patch.patch_plan import plan_patch
+from advisor.patch.patch_plan import NO_PATCH, plan_patch
 from advisor.rulekit.engine import load_rules
 from advisor.rulekit.rule import Finding, Location, Severity
 
@@ -105,7 +105,7 @@ def test_an_edit_outside_the_entrys_folder_is_refused_as_the_re_audit_could_not_
     assert inside.edits[outside.id].status == "patched"  # from the folder above, the helper is in the copy
 
 
-def test_an_unsafe_edit_waits_for_unsafe_fixes_and_a_rule_without_a_source_form_gets_no_edit(tmp_path):
+def test_an_unsafe_edit_waits_for_unsafe_fixes_and_a_rule_without_a_source_form_says_so(tmp_path):
     from advisor.rulekit.rule import PatchSpec
 
     model = tmp_path / "model.py"
@@ -122,7 +122,30 @@ def test_an_unsafe_edit_waits_for_unsafe_fixes_and_a_rule_without_a_source_form_
     finally:
         rule.patch_spec = safe_spec
     no_form = Finding(id="b", slug="host-sync", message="m", severity=Severity.HIGH)
-    assert plan_patch([no_form], rules, entry=str(model), root=str(tmp_path)).edits == {}
+    [edit] = plan_patch([no_form], rules, entry=str(model), root=str(tmp_path)).edits.values()
+    assert edit.status == "not patched" and edit.reason == NO_PATCH
+
+
+def test_an_edit_this_device_would_run_slower_is_never_offered_and_no_empty_patch_is_written(tmp_path, capsys):
+    """missing-amp on a CPU that emulates bf16: autocast would be slower here, so not even --unsafe-fixes makes it."""
+    from advisor.evidence import TargetInfo
+    from advisor.patch.summary import print_patch, write_patch
+    from advisor.report.schema import Report
+
+    model = tmp_path / "model.py"
+    model.write_text("import torch\ndef get_model():\n    return torch.nn.Linear(4, 4)\n")
+    slower = Finding(id="c", slug="missing-amp", message="m", severity=Severity.INFO,
+                     evidence={"slower_on_this_device": True}, locations=[Location(file=str(model), line=3)])
+    for unsafe in (False, True):
+        plan = plan_patch([slower], load_rules(), entry=str(model), root=str(tmp_path), unsafe=unsafe)
+        assert plan.edits["c"].status == "not patched" and "slower" in plan.edits["c"].reason and plan.diff() == ""
+    slower.edit = plan.edits["c"]
+    report = Report(target=TargetInfo(model_file=str(model)), findings=[slower])
+    written = write_patch(report, "", str(tmp_path / "out"), "model")
+    assert "patch" not in written and not (tmp_path / "out" / "model.patch").exists()
+    print_patch(report, "", written)
+    said = capsys.readouterr().err
+    assert "missing-amp: not patched" in said and "no edit was made, so no patch was written" in said
 
 
 def test_a_line_changed_since_the_audit_is_not_edited(tmp_path):
@@ -148,7 +171,7 @@ def test_a_ddp_jobs_three_findings_become_one_patch_of_its_script():
     plan = plan_patch(findings, rules, entry=evidence.target.model_file, root=str(PATCHES.parents[2]))
     statuses = {f.slug: plan.edits[f.id].status for f in findings if f.id in plan.edits}
     assert statuses == {"no-sync-accumulation": "patched", "find-unused-parameters": "patched",
-                        "ddp-buckets": "patched"}, statuses
+                        "ddp-buckets": "patched", "comm-overlap": "not patched"}, statuses  # comm-overlap: advice
     [text] = plan.texts().values()
     compile(text, evidence.target.model_file, "exec")
     assert "find_unused_parameters=False" in text and "gradient_as_bucket_view=True" in text

@@ -45,6 +45,10 @@ class PatchPlan:
         return "".join(parts)
 
 
+NO_PATCH = "no automatic rewrite: the rule's fix is advice, written in the report"
+SLOWER_HERE = "slower_on_this_device"  # a finding's evidence: its edit would run slower on the audited device
+
+
 def plan_patch(findings: list[Finding], ruleset: RuleSet, entry: str, root: str, unsafe: bool = False) -> PatchPlan:
     """Every finding whose rule has a source form, in order of expected gain (severity, then share)."""
     plan = PatchPlan(root=root)
@@ -53,6 +57,12 @@ def plan_patch(findings: list[Finding], ruleset: RuleSet, entry: str, root: str,
         rule = ruleset.get(finding.slug)
         spec = rule.patch_spec if rule is not None else None
         if spec is None:
+            plan.edits[finding.id] = SourceEdit(status="not patched", what="", reason=NO_PATCH)
+            continue
+        if finding.evidence.get(SLOWER_HERE):
+            plan.edits[finding.id] = SourceEdit(status="not patched", safe=spec.safe, what=spec.what, reason=(
+                "this device would run the edit slower (measured here), so it is not offered: "
+                "it applies where the finding's advice says"))
             continue
         if not spec.safe and not unsafe:
             plan.edits[finding.id] = SourceEdit(status="unsafe", safe=False, what=spec.what,

@@ -13,12 +13,16 @@ from advisor.report.write import write_reports
 
 
 def write_patch(report: Report, patch: str, out_dir: str, stem: str) -> dict[str, str]:
-    """``<stem>.patch``, and the report with each finding's edit as ``<stem>.fix.json`` and ``.fix.html``."""
+    """``<stem>.patch`` where an edit was made (no empty file where none was), and the report with each finding's
+    edit as ``<stem>.fix.json`` and ``.fix.html``."""
     written = write_reports(report, out_dir, f"{stem}.fix", ("json", "html"))
     path = os.path.join(out_dir, f"{stem}.patch")
-    with open(path, "w", encoding="utf-8") as handle:
-        handle.write(patch)
-    written["patch"] = path
+    if patch:
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write(patch)
+        written["patch"] = path
+    elif os.path.exists(path):
+        os.remove(path)  # an earlier run's patch is not this run's
     return written
 
 
@@ -45,14 +49,18 @@ def print_patch(report: Report, patch: str, written: dict[str, str]) -> None:
     if patch:
         click.echo(patch, nl=False)
     lines = [edit_line(f) for f in report.findings if f.edit is not None]
-    for line in lines or ["no finding has a fix that advisor writes as a source edit"]:
+    lines += [f"{f.slug}: not patched (no edit was planned for it)" for f in report.findings if f.edit is None]
+    for line in lines or ["no finding to patch"]:
         click.echo(f"[advisor] {line}", err=True)
+    if not patch:
+        click.echo("[advisor] no edit was made, so no patch was written", err=True)
     whole = report.verification.combined
     if whole is not None:
         measured = (f" {whole.speedup:.2f}x [{whole.ci_low:.2f}-{whole.ci_high:.2f}]" if whole.speedup is not None
                     else f" ({whole.note})")
         click.echo(f"[advisor] the whole patch: patched source {whole.status}{measured}", err=True)
     if written:
-        click.echo(f"[advisor] patch: {written['patch']}; report: {written['html']} and {written['json']}", err=True)
+        where = f"patch: {written['patch']}; " if "patch" in written else ""
+        click.echo(f"[advisor] {where}report: {written['html']} and {written['json']}", err=True)
     if written.get("applied"):
         click.echo(f"[advisor] applied to {written['applied']} (each original kept as <file>.advisor-orig)", err=True)

@@ -123,6 +123,8 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
             "device": ev.target.device,
             **({"cpu_native_bf16": ev.env.cpu_native_bf16} if ev.env is not None else {}),
             "autocast_dtype": _dtype(ev),
+            # the edit would run slower here (bf16 emulated): advisor fix offers it on no flag (patch_plan.py)
+            "slower_on_this_device": not ev.on_cuda and severity == Severity.INFO,
             **({"forward_call_line": ev.target.forward_call.line} if ev.target.forward_call is not None else {}),
         },
         locations=_places(ev, matmuls),
