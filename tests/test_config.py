@@ -121,3 +121,26 @@ def test_sarif_fingerprints_follow_a_finding_across_a_line_move_and_stdout_takes
     refused = subprocess.run([sys.executable, "-m", "advisor", "analyze", str(TRACE), "--out", "-", "--format",
                               "html,json"], capture_output=True, text=True, timeout=300)
     assert refused.returncode == 2 and "prints one format" in refused.stderr
+
+
+def test_a_noqa_naming_advisors_rules_that_suppresses_nothing_is_said(tmp_path):
+    from advisor.assembly.suppression import unused
+
+    source = tmp_path / "train.py"
+    source.write_text("loss.item()  # noqa: ADV101\nx = 1  # noqa: zero-grad, E501\ny = 2  # noqa: E501\n",
+                      encoding="utf-8")
+    rules = RuleConfig.load().ruleset.rules
+    _, suppressed = suppress([_finding(source, 1)])
+    [left] = unused([str(source)], suppressed, rules)
+    assert (left.line, left.names) == (2, ["zero-grad"])  # line 1 did its work; E501 is another linter's
+
+
+def test_suppressed_findings_stay_in_the_json_and_show_when_asked(tmp_path):
+    config = _pyproject(tmp_path / "project", '[tool.advisor]\nper-file-ignores = { "*host_sync.py" = ["ADV101"] }\n')
+    code, report = _analyze(tmp_path, "--config", str(config))
+    assert report["findings"] == [] and code == 0
+    [kept] = report["suppressed"]
+    assert kept["finding"]["slug"] == "host-sync" and kept["by"] == "per-file-ignores '*host_sync.py'"
+    shown = subprocess.run([sys.executable, "-m", "advisor", "analyze", str(TRACE), "--out", str(tmp_path / "o"),
+                            "--config", str(config), "--show-suppressed"], capture_output=True, text=True, timeout=300)
+    assert "suppressed ADV101 host-sync by per-file-ignores" in shown.stdout and "Suppressed (1" in shown.stdout

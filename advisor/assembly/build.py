@@ -13,7 +13,7 @@ import os
 
 from advisor.assembly.quality import mark_unreliable, measurement_quality
 from advisor.assembly.summarize import summarize_graph, summarize_performance, summarize_roofline, summarize_trace
-from advisor.assembly.suppression import suppress
+from advisor.assembly.suppression import suppress, unused
 from advisor.gathered import Gathered
 from advisor.report.schema import ConfigurationRecord, Report, RuleProblemRecord, VerificationSettings
 from advisor.rulekit.engine import RuleConfig
@@ -41,6 +41,8 @@ def assemble_report(gathered: Gathered, rules: RuleConfig, verification: Verific
         findings, problems = rules.run(evidence, report.rules)
         root = os.path.dirname(rules.config_file) if rules.config_file else ""
         report.findings, report.suppressed = suppress(findings, rules.per_file_ignores, root)
+        places = [evidence.target.model_file] + [loc.file for f in findings for loc in f.locations]
+        report.unused_noqa = unused(places, report.suppressed, rules.ruleset.rules)
         report.rule_problems += [RuleProblemRecord(source=p.source, message=p.message) for p in problems]
     report.quality = measurement_quality(evidence)
     mark_unreliable(report, rules.ruleset.slugs_of(Layer.HARDWARE))

@@ -10,7 +10,7 @@ import functools
 import os
 import re
 
-from advisor.report.schema import Suppressed
+from advisor.report.schema import Suppressed, UnusedNoqa
 from advisor.rulekit.rule import Finding
 
 NOQA = re.compile(r"#\s*noqa:\s*(?P<names>[A-Za-z0-9_-]+(?:\s*,\s*[A-Za-z0-9_-]+)*)", re.IGNORECASE)
@@ -47,6 +47,22 @@ def _ignored_path(finding: Finding, per_file_ignores, root: str) -> tuple[str, s
             if finding.slug in slugs and fnmatch.fnmatch(relative, pattern):
                 return f"per-file-ignores {pattern!r}", location.file, location.line
     return None
+
+
+def unused(files: list[str], suppressed: list[Suppressed], rules) -> list[UnusedNoqa]:
+    """Each ``# noqa:`` in ``files`` naming one of advisor's rules (by code or slug) that suppressed nothing, as
+    ruff's RUF100 says of its own: a suppression left behind hides nothing and may hide the next finding."""
+    known = {r.code.lower(): r.slug for r in rules} | {r.slug.lower(): r.slug for r in rules}
+    used = {(os.path.abspath(s.file), s.line) for s in suppressed if s.by.startswith("# noqa")}
+    found = []
+    for path in dict.fromkeys(os.path.abspath(f) for f in files if f and f.endswith(".py") and os.path.isfile(f)):
+        for number, text in enumerate(_lines(path), 1):
+            match = NOQA.search(text)
+            names = [n.strip() for n in match.group("names").split(",")] if match else []
+            ours = [n for n in names if n.lower() in known]
+            if ours and (path, number) not in used:
+                found.append(UnusedNoqa(file=path, line=number, names=ours))
+    return found
 
 
 def noqa_names(path: str, line: int) -> set[str]:

@@ -75,8 +75,10 @@ def summarize(report, written: dict[str, str]) -> None:
     from advisor.report.terminal import print_summary
     from advisor.report.write import STDOUT
 
-    if STDOUT in written.values():
-        with contextlib.redirect_stdout(sys.stderr):
-            print_summary(report, {})
-    else:
-        print_summary(report, written)
+    to_stderr = STDOUT in written.values()
+    with contextlib.redirect_stdout(sys.stderr) if to_stderr else contextlib.nullcontext():
+        print_summary(report, {} if to_stderr else written)
+        context = click.get_current_context(silent=True)
+        if context is not None and context.meta.get("advisor.show_suppressed"):
+            for kept in report.suppressed:
+                click.echo(f"  suppressed {kept.finding.code} {kept.finding.slug} by {kept.by}: {kept.finding.message}")

@@ -89,7 +89,9 @@ def configured(options, subject: str):
 
 def _remember(key: str):
     def store(context: click.Context, parameter: click.Parameter, value):
-        if value:
+        if value is True:
+            context.meta[key] = True
+        elif value:
             names = value if isinstance(value, str) else ",".join(value)
             context.meta[key] = names if key == "advisor.config" else tuple(
                 n.strip() for n in names.split(",") if n.strip())
@@ -106,4 +108,6 @@ CONFIG_OPTIONS = (
                  metavar="CODES", help="Leave these rules out (instead of the file's ignore)."),
     click.option("--extend-ignore", multiple=True, expose_value=False, callback=_remember("advisor.extend_ignore"),
                  metavar="CODES", help="Leave these rules out too (beside the file's ignore)."),
+    click.option("--show-suppressed", is_flag=True, expose_value=False, callback=_remember("advisor.show_suppressed"),
+                 help="List the findings a '# noqa' or per-file-ignores suppressed."),
 )

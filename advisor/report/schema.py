@@ -106,6 +106,14 @@ class Suppressed(Record):
     line: int = 0
 
 
+class UnusedNoqa(Record):
+    """A ``# noqa:`` naming advisor's rules that suppressed no finding of this run."""
+
+    file: str
+    line: int
+    names: list[str] = Field(default_factory=list)
+
+
 class ConfigurationRecord(Record):
     """What configured the rules of this report."""
 
@@ -154,6 +162,8 @@ class Report(Record):
     suppressed: list[Suppressed] = Field(default_factory=list, description="findings a '# noqa' or per-file-ignores "
                                                                             "kept out of the checklist")
     configuration: ConfigurationRecord = Field(default_factory=ConfigurationRecord)
+    unused_noqa: list[UnusedNoqa] = Field(default_factory=list, description="'# noqa' comments naming advisor's rules "
+                                                                             "that suppressed nothing")
     errors: list[StageError] = Field(default_factory=list)
     stages: list[StageRecord] = Field(default_factory=list)
     rule_problems: list[RuleProblemRecord] = Field(default_factory=list)

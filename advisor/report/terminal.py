@@ -45,6 +45,9 @@ def print_summary(report: Report, written: dict[str, str]) -> None:
         print_readiness(report)
     elif not report.findings:
         click.echo("No findings.")
+    for left in report.unused_noqa:
+        click.echo(f"  INFO   # noqa: {', '.join(left.names)} at {short_path(left.file)}:{left.line} suppressed "
+                   "nothing in this run (remove it, or it hides the next finding there)")
     if report.suppressed:
         click.echo(f"Suppressed ({len(report.suppressed)}, kept in the JSON report): " + "; ".join(
             f"{s.finding.slug} by {s.by}" for s in report.suppressed[:5]))
