@@ -63,3 +63,33 @@ def test_the_docs_site_builds_strictly_with_every_rules_page(tmp_path):
                            cwd=ROOT, capture_output=True, text=True, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
     assert built.returncode == 0, built.stderr[-3000:]
     assert all((tmp_path / "rules" / rule.slug / "index.html").is_file() for rule in load_rules().rules)
+
+
+@pytest.mark.slow
+def test_the_readmes_output_is_what_its_command_prints(tmp_path):
+    """The README runs `advisor audit samples/host_sync.py` and shows its output: the same model, mode and device,
+    the same rules at the same lines (the timings are this machine's)."""
+    import json
+    import subprocess
+    import sys
+
+    block = README.split("## What the output looks like", 1)[1].split("```", 2)[1]
+    shown_rules = set(re.findall(r"^\s+(?:HIGH|MEDIUM|LOW|INFO)\s+(ADV\d+ [a-z-]+):", block, re.M))
+    shown_places = set(re.findall(r"^\s+at (samples/\S+:\d+)", block, re.M))
+    done = subprocess.run([sys.executable, "-m", "advisor", "audit", str(ROOT / "samples" / "host_sync.py"), "--no-verify",
+                           "--format", "json", "--out", str(tmp_path), "--quiet"], capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode in (0, 1), done.stderr
+    report = json.loads((tmp_path / "host_sync.json").read_text())
+    target = report["target"]
+    assert block.split("\n", 2)[1].startswith(f"{target['model_class']} · {target['mode']} · {target['device']} · step")
+    assert shown_rules == {f"{f['code']} {f['slug']}" for f in report["findings"]}
+    assert shown_places == {f"samples/host_sync.py:{loc['line']}" for f in report["findings"] for loc in f["locations"]}
+
+
+def test_the_changelogs_latest_version_is_the_one_advisor_prints():
+    from advisor.version import __version__
+
+    changelog = (ROOT / "CHANGELOG.md").read_text(encoding="utf-8")
+    released = re.findall(r"^## \[(\d+\.\d+\.\d+)\] - \d{4}-\d\d-\d\d$", changelog, re.M)
+    assert "## [Unreleased]" in changelog and released and released[0] == __version__
