@@ -93,3 +93,13 @@ def test_the_changelogs_latest_version_is_the_one_advisor_prints():
     changelog = (ROOT / "CHANGELOG.md").read_text(encoding="utf-8")
     released = re.findall(r"^## \[(\d+\.\d+\.\d+)\] - \d{4}-\d\d-\d\d$", changelog, re.M)
     assert "## [Unreleased]" in changelog and released and released[0] == __version__
+
+
+@pytest.mark.parametrize("path", [ROOT / "README.md", *PAGES], ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_no_prose_paragraph_runs_over_eight_lines(path):
+    """A paragraph longer than eight lines is not read; lists, tables and code blocks are not paragraphs."""
+    text = re.sub(r"```.*?```", "", path.read_text(encoding="utf-8"), flags=re.S)
+    long = [paragraph.strip().splitlines()[0] for paragraph in re.split(r"\n\s*\n", text)
+            if len(paragraph.strip().splitlines()) > 8
+            and not re.match(r"\s*([|*#>-]|\d+\.)", paragraph)]
+    assert long == []
