@@ -259,9 +259,12 @@ def _analyze(options: AnalyzeOptions, first_path: str, out_dir: str, chosen: tup
 @click.option("--remeasure", is_flag=True,
               help="OLD and NEW are two model files, or two scripts (run as `python FILE -- ARGS`): time their steps "
                    "against each other in interleaved pairs (a diff within noise settled); outputs are not compared.")
+@click.option("--step-time/--no-step-time", "judge_step", default=True,
+              help="Judge the step time of the two reports (--no-step-time: a gate that times it with --remeasure).")
 @flags.budget("--remeasure: seconds of interleaved pairs.", default=60.0, least=1)
 @flags.pairs("--remeasure: exactly N pairs instead of --budget.")
-def diff(old_report, new_report, script_args, threshold, html_path, fail_on, remeasure, budget, pairs) -> None:
+def diff(old_report, new_report, script_args, threshold, html_path, fail_on, judge_step, remeasure, budget,
+         pairs) -> None:
     """Compare two JSON reports: step time, findings, readiness checks and latency (exit 1 on regression);
     with --remeasure, time two model files (or two scripts, given the same ARGS after --) against each other."""
     from advisor.commands.diff import DiffOptions, run_diff
@@ -273,7 +276,7 @@ def diff(old_report, new_report, script_args, threshold, html_path, fail_on, rem
         fail(f"{' '.join(script_args)}: arguments are for two scripts' --remeasure, not a diff of reports")
     try:
         result = run_diff(DiffOptions(old_report=old_report, new_report=new_report, threshold=threshold,
-                                      html_path=html_path, fail_on=fail_on))
+                                      html_path=html_path, fail_on=fail_on, judge_step=judge_step))
     except DiffInputError as bad:
         fail(str(bad))
     except OSError as bad:

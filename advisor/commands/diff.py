@@ -14,6 +14,7 @@ class DiffOptions:
     threshold: float = 0.05
     html_path: str | None = None
     fail_on: str | None = None  # a severity: an added finding at or above it fails the gate too
+    judge_step: bool = True  # False: the step time is judged by --remeasure instead
 
 
 @dataclass
@@ -39,7 +40,8 @@ class DiffResult:
 
 def run_diff(options: DiffOptions) -> DiffResult:
     """Raises DiffInputError naming the file when a report is missing or is not an advisor report."""
-    compared = diff_reports(load_report(options.old_report), load_report(options.new_report), options.threshold)
+    compared = diff_reports(load_report(options.old_report), load_report(options.new_report), options.threshold,
+                            options.judge_step)
     if options.html_path:
         with open(options.html_path, "w", encoding="utf-8") as handle:
             handle.write(render_html(compared))

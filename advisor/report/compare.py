@@ -115,6 +115,7 @@ class ReportDiff:
     unreliable: list[Finding] = field(default_factory=list)  # in one run only, decided under contention
     checks: list[CheckChange] = field(default_factory=list)  # readiness checks whose status changed
     latency: list[LatencyChange] = field(default_factory=list)
+    judge_step: bool = True  # False: the step time is judged elsewhere (a CI gate's diff --remeasure)
 
     @property
     def moved(self) -> list[tuple[Finding, str]]:
@@ -154,7 +155,7 @@ class ReportDiff:
     def regressed(self) -> bool:
         """The gate: the step, or a latency percentile, is slower beyond the threshold with the interval
         clear of it; or a readiness check got worse (pass -> warn/fail, warn -> fail)."""
-        step = self.step
+        step = self.step if self.judge_step else None
         if step is not None and not step.contended and not step.incomparable and (
                 step.verdict == "slower" if step.judged else step.ratio - 1 > self.threshold):
             return True
@@ -178,8 +179,9 @@ def load_report(path: str) -> Report:
         raise DiffInputError(f"{path}: not an advisor JSON report ({first})") from None
 
 
-def diff_reports(old: Report, new: Report, threshold: float = 0.05) -> ReportDiff:
-    result = ReportDiff(old=old, new=new, threshold=threshold)
+def diff_reports(old: Report, new: Report, threshold: float = 0.05, judge_step: bool = True) -> ReportDiff:
+    """``judge_step=False``: findings, readiness and latency only, the step time shown but not judged."""
+    result = ReportDiff(old=old, new=new, threshold=threshold, judge_step=judge_step)
     old_by_key = {f.id: f for f in old.findings}  # the engine's ids: the rule and every place it points at
     new_by_key = {f.id: f for f in new.findings}
     only_new = [f for k, f in new_by_key.items() if k not in old_by_key]
@@ -278,6 +280,9 @@ def render_text(diff: ReportDiff) -> str:
     step = diff.step
     if step is None:
         lines.append("step time: not comparable (a report has no timing)")
+    elif not diff.judge_step:
+        lines.append(f"step time: {diff.old.timing.median_ms:.4g} ms -> {diff.new.timing.median_ms:.4g} ms, not judged "
+                     "here (--no-step-time: two separate runs; time them against each other with --remeasure)")
     else:
         lines.append(f"step time: {diff.old.timing.median_ms:.4g} ms -> {diff.new.timing.median_ms:.4g} ms "
                      f"({change_note(step)}; threshold ±{diff.threshold:.0%}, 95% interval of the ratio of medians, "
