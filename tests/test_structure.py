@@ -121,7 +121,7 @@ def test_rules_never_run_the_model():
 # the base every layer may use. docs/architecture.md says the same in words.)
 LAYERS = (
     ("advisor", "cli", "__main__"),
-    ("commands",),
+    ("commands", "integrations"),
     ("assembly",),
     ("script",),
     ("ready",),

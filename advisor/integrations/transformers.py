@@ -1,0 +1,25 @@
+"""``Trainer(..., callbacks=[AdvisorCallback(out="reports")])``: the Hugging Face Trainer's training audited from
+within (``in_process.InProcessAudit``); the report is written once the window's steps are measured (or when training
+ends first) and the training goes on untouched. Its advice speaks of the Trainer's own settings where a rule's fix
+is one (``TrainingArguments(bf16=True, dataloader_num_workers=...)``), never of an edit to the Trainer's loop."""
+
+from __future__ import annotations
+
+from transformers import TrainerCallback
+
+from advisor.integrations.in_process import InProcessAudit
+
+
+class AdvisorCallback(TrainerCallback):
+    def __init__(self, out: str = "reports", warmup_steps: int = 3, steps: int = 20, profile_steps: int = 3):
+        self.audit = InProcessAudit(out, warmup_steps, steps, profile_steps, framework="transformers")
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.audit.start()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.audit.measured:
+            self.audit.finish()
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self.audit.finish()

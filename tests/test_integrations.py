@@ -1,0 +1,45 @@
+"""The training frameworks' callbacks: a real tiny Hugging Face Trainer run and a Lightning fit on CPU, each with
+advisor's callback added, train to their end and leave the report of a window of their own steps. Skipped where
+the framework is not installed (neither is advisor's dependency)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+FITS = Path(__file__).parent / "data" / "integrations"
+pytestmark = pytest.mark.slow
+
+
+def _fit(script: str, tmp_path: Path) -> tuple[str, dict]:
+    done = subprocess.run([sys.executable, str(FITS / script), str(tmp_path)], capture_output=True, text=True,
+                          timeout=600, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (report,) = (tmp_path / "reports").glob("*.json")
+    return done.stdout, json.loads(report.read_text())
+
+
+def _read_as_advisor_run_reads_it(report: dict, model_class: str, optimizer: str) -> None:
+    target = report["target"]
+    assert target["model_class"] == model_class and target["mode"] == "train"
+    assert f"1 step of {optimizer}" in target["step"]["summary"] and report["errors"] == []
+    assert len(report["timing"]["samples_ms"]) == 10 and report["trace"] is not None  # the steps=10 asked for
+    assert report["verification"]["enabled"] is False and "not measured" in report["verification"]["note"]
+
+
+def test_the_hugging_face_trainer_callback_audits_a_window_of_its_steps_and_training_goes_on(tmp_path):
+    pytest.importorskip("transformers", reason="transformers is not installed here")
+    stdout, report = _fit("hf_trainer_fit.py", tmp_path)
+    assert "TRAINED 40" in stdout  # every step the Trainer was asked for ran
+    _read_as_advisor_run_reads_it(report, "BertForSequenceClassification", "AdamW")
+
+
+def test_the_lightning_callback_audits_a_window_of_its_steps_and_the_fit_goes_on(tmp_path):
+    pytest.importorskip("lightning", reason="lightning is not installed here")
+    stdout, report = _fit("lightning_fit.py", tmp_path)
+    assert "TRAINED 60" in stdout
+    _read_as_advisor_run_reads_it(report, "Net", "AdamW")
