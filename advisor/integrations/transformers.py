@@ -1,7 +1,6 @@
 """``Trainer(..., callbacks=[AdvisorCallback(out="reports")])``: the Hugging Face Trainer's training audited from
-within (``in_process.InProcessAudit``); the report is written once the window's steps are measured (or when training
-ends first) and the training goes on untouched. Its advice speaks of the Trainer's own settings where a rule's fix
-is one (``TrainingArguments(bf16=True, dataloader_num_workers=...)``), never of an edit to the Trainer's loop."""
+within (``in_process.InProcessAudit``); the report is written once the window's steps are measured (or when
+training ends first) and the training goes on untouched."""
 
 from __future__ import annotations
 
