@@ -19,6 +19,7 @@ NOQA = re.compile(r"#\s*noqa:\s*(?P<names>[A-Za-z0-9_-]+(?:\s*,\s*[A-Za-z0-9_-]+
 def suppress(findings: list[Finding], per_file_ignores=(), root: str = "") -> tuple[list[Finding], list[Suppressed]]:
     """(the findings kept, the findings suppressed, each with what suppressed it)."""
     kept, suppressed = [], []
+    _lines.cache_clear()  # this run's files as they are now (a notebook audits again after an edit)
     for finding in findings:
         reason = _noqa(finding) or _ignored_path(finding, per_file_ignores, root)
         if reason is None:
