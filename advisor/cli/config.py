@@ -111,3 +111,10 @@ CONFIG_OPTIONS = (
     click.option("--show-suppressed", is_flag=True, expose_value=False, callback=_remember("advisor.show_suppressed"),
                  help="List the findings a '# noqa' or per-file-ignores suppressed."),
 )
+
+
+def config_options(command):
+    """--config, --select, --ignore, --extend-ignore and --show-suppressed on a command that runs rules."""
+    for option in reversed(CONFIG_OPTIONS):
+        command = option(command)
+    return command

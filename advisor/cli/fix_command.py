@@ -11,6 +11,7 @@ import click
 import advisor.cli.flags as flags
 from advisor.assembly.build import failed
 from advisor.cli.common import check_model_file, fail, model_file_options
+from advisor.cli.config import config_options, configured
 from advisor.errors import stop_name
 from advisor.report.terminal import print_problems
 from advisor.rulekit.thresholds import SettingError
@@ -27,6 +28,7 @@ from advisor.rulekit.thresholds import SettingError
 @flags.RULES
 @flags.settings()
 @flags.DISABLE
+@config_options
 @model_file_options
 def fix(target, from_report, unsafe, apply_edits, out_dir, rule_dirs, settings, disabled, mode, device, timeout,
         verify, budget, pairs, shadow_limit, quiet, debug) -> None:
@@ -50,6 +52,7 @@ def fix(target, from_report, unsafe, apply_edits, out_dir, rule_dirs, settings, 
                          timeout=timeout, verify=verify, budget=budget, pairs=pairs, shadow_limit_mb=shadow_limit)
     progress = (lambda text: None) if quiet else (lambda text: click.echo(f"[advisor] {text}", err=True))
     try:
+        options = configured(options, model_file)
         result = run_fix(options, progress)
         written = write_patch(result.report, result.patch, out_dir, os.path.splitext(os.path.basename(model_file))[0])
         if apply_edits:
