@@ -18,8 +18,8 @@ NOT_MEASURED = ("audited from a training callback: the fixes are advised, not me
 
 class InProcessAudit:
     def __init__(self, out: str = "reports", warmup_steps: int = WARMUP_STEPS, steps: int = TIMED_STEPS,
-                 profile_steps: int = PROFILED_STEPS, formats: tuple[str, ...] = ("html", "json"), framework: str = ""):
-        self.out, self.formats, self.framework = out, formats, framework
+                 profile_steps: int = PROFILED_STEPS, formats: tuple[str, ...] = ("html", "json")):
+        self.out, self.formats = out, formats
         self.script = os.path.abspath(sys.argv[0]) if sys.argv and sys.argv[0].endswith(".py") else "<training>"
         self.spec = WindowSpec(script=self.script, warmup_steps=warmup_steps, steps=steps,
                                profile_steps=profile_steps, full=True, mode="train")

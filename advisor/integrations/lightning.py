@@ -10,11 +10,13 @@ except ImportError:  # the standalone package's name
     from pytorch_lightning import Callback
 
 from advisor.integrations.in_process import InProcessAudit
+from advisor.run.window_spec import PROFILED_STEPS, TIMED_STEPS, WARMUP_STEPS
 
 
 class AdvisorCallback(Callback):
-    def __init__(self, out: str = "reports", warmup_steps: int = 3, steps: int = 20, profile_steps: int = 3):
-        self.audit = InProcessAudit(out, warmup_steps, steps, profile_steps, framework="lightning")
+    def __init__(self, out: str = "reports", warmup_steps: int = WARMUP_STEPS, steps: int = TIMED_STEPS,
+                 profile_steps: int = PROFILED_STEPS):
+        self.audit = InProcessAudit(out, warmup_steps, steps, profile_steps)
 
     def on_train_start(self, trainer, pl_module):
         self.audit.start()

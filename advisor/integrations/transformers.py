@@ -7,11 +7,13 @@ from __future__ import annotations
 from transformers import TrainerCallback
 
 from advisor.integrations.in_process import InProcessAudit
+from advisor.run.window_spec import PROFILED_STEPS, TIMED_STEPS, WARMUP_STEPS
 
 
 class AdvisorCallback(TrainerCallback):
-    def __init__(self, out: str = "reports", warmup_steps: int = 3, steps: int = 20, profile_steps: int = 3):
-        self.audit = InProcessAudit(out, warmup_steps, steps, profile_steps, framework="transformers")
+    def __init__(self, out: str = "reports", warmup_steps: int = WARMUP_STEPS, steps: int = TIMED_STEPS,
+                 profile_steps: int = PROFILED_STEPS):
+        self.audit = InProcessAudit(out, warmup_steps, steps, profile_steps)
 
     def on_train_begin(self, args, state, control, **kwargs):
         self.audit.start()

@@ -196,7 +196,7 @@ def run_rules(
     ruleset: RuleSet,
     evidence: Evidence,
     overrides: dict[str, dict[str, float]] | None = None,
-    disabled: set[str] | dict[str, str] | None = None,
+    disabled: dict[str, str] | None = None,
     runs: list[RuleRun] | None = None,
 ) -> tuple[list[Finding], list[RuleProblem]]:
     """Every rule over the evidence. ``runs``, when given, receives what each rule did (fired, silent with
@@ -208,8 +208,7 @@ def run_rules(
     with gc_paused():  # rules allocate many small acyclic objects next to a large live trace
         for rule in ruleset.rules:
             if disabled and rule.slug in disabled:
-                why = disabled.get(rule.slug, "--disable") if isinstance(disabled, dict) else "--disable"
-                runs.append(RuleRun(slug=rule.slug, status="disabled", why=why))
+                runs.append(RuleRun(slug=rule.slug, status="disabled", why=disabled[rule.slug]))
                 continue
             if (lacking := missing(rule.needs, evidence)) is not None:
                 runs.append(RuleRun(slug=rule.slug, status="not run", why=lacking))
