@@ -40,6 +40,9 @@ def test_the_gate_passes_unchanged_code_and_catches_a_step_four_times_the_work(t
     assert "not judged here (--no-step-time" in unchanged.stdout and (tmp_path / "same" / "diff.html").is_file()
     assert "added: 0" in unchanged.stdout and "resolved: 0" in unchanged.stdout
     assert "remeasured step time:" in unchanged.stdout and "REGRESSION" not in unchanged.stdout
+    comment = (tmp_path / "same" / "comment.md").read_text(encoding="utf-8")  # what the workflow example posts
+    assert "### Added: 0" in comment and "remeasured step time:" in comment.split("timed against each other")[-1]
+    assert list((tmp_path / "same" / "pr").glob("*.sarif"))  # what it uploads to code scanning
     slower = _gate(SAMPLE, _copy(tmp_path, "big", "(32, 128)"), tmp_path / "big-out")
     assert slower.returncode == 1 and "REGRESSION" in slower.stdout, slower.stdout + slower.stderr
 

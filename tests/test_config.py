@@ -13,6 +13,7 @@ from advisor.assembly.suppression import suppress
 from advisor.cli.config import find_config, table
 from advisor.rulekit.engine import RuleConfig
 from advisor.rulekit.rule import Finding, Layer, Location, Severity
+from advisor.rulekit.rule_page import docs_site
 from advisor.rulekit.thresholds import SettingError
 
 TRACE = Path(__file__).parent / "data" / "evidence" / "host_sync.trace.json.gz"  # fires host-sync (ADV101), MEDIUM
@@ -59,7 +60,7 @@ def _analyze(tmp_path: Path, *flags: str) -> tuple[int, dict]:
 def test_the_configuration_file_turns_rules_off_and_sets_the_gate_and_the_flags_win(tmp_path):
     config = _pyproject(tmp_path / "project", '[tool.advisor]\nignore = ["ADV101"]\nfail-on = "info"\n')
     code, report = _analyze(tmp_path, "--config", str(config))
-    assert report["configuration"] == {"file": str(config), "turned_off": ["host-sync"]}
+    assert report["configuration"] == {"file": str(config), "turned_off": ["host-sync"], "docs_url": docs_site()}
     assert "host-sync" not in {f["slug"] for f in report["findings"]}
     off = {r["slug"]: r for r in report["rules"]}["host-sync"]
     assert off["status"] == "disabled" and off["why"] == f"{config} [tool.advisor]"
@@ -121,6 +122,29 @@ def test_sarif_fingerprints_follow_a_finding_across_a_line_move_and_stdout_takes
     refused = subprocess.run([sys.executable, "-m", "advisor", "analyze", str(TRACE), "--out", "-", "--format",
                               "html,json"], capture_output=True, text=True, timeout=300)
     assert refused.returncode == 2 and "prints one format" in refused.stderr
+
+
+def test_sarif_links_each_rule_to_its_page_on_the_configured_docs_site(tmp_path, monkeypatch):
+    """docs-url (or ADVISOR_DOCS_URL, which wins) makes each rule's helpUri its own page of the site; without a
+    site the rule links the page its fix cites."""
+    monkeypatch.delenv("ADVISOR_DOCS_URL", raising=False)
+
+    def help_uris(*flags: str, **env: str) -> dict[str, str]:
+        done = subprocess.run([sys.executable, "-m", "advisor", "analyze", str(TRACE), "--out", "-", "--format",
+                               "sarif", *flags], capture_output=True, text=True, timeout=300,
+                              env={**__import__("os").environ, **env})
+        assert done.returncode in (0, 1), done.stderr
+        return {rule["name"]: rule.get("helpUri") for rule in json.loads(done.stdout)["runs"][0]["tool"]["driver"]["rules"]}
+
+    config = _pyproject(tmp_path / "project", '[tool.advisor]\ndocs-url = "https://docs.example.org/advisor/"\n')
+    assert help_uris("--config", str(config))["host-sync"] == "https://docs.example.org/advisor/rules/host-sync/"
+    assert help_uris("--config", str(config), ADVISOR_DOCS_URL="https://mirror.example.org")["host-sync"] == \
+        "https://mirror.example.org/rules/host-sync/"
+    if not docs_site():  # the installed package publishes no Documentation URL: the fix's own reference
+        assert help_uris()["host-sync"].startswith("https://pytorch.org/")
+    bad = _pyproject(tmp_path / "bad", '[tool.advisor]\ndocs-url = 3\n')
+    with pytest.raises(SettingError, match="docs-url is the address"):
+        table(str(bad))
 
 
 def test_a_noqa_naming_advisors_rules_that_suppresses_nothing_is_said(tmp_path):

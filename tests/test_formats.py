@@ -100,15 +100,31 @@ def test_diff_reports_regressions_added_and_resolved():
     assert "<img" not in page and "&lt;img src=y&gt;" in page
 
 
+def test_the_diff_as_markdown_lists_what_the_change_added_and_resolved_for_a_pull_requests_comment():
+    from advisor.report.diff_markdown import render_diff_markdown
+
+    old = _report(10.0, [_finding("host-sync", 12), _finding("zero-grad", 3)])
+    new = _report(10.0, [_finding("zero-grad", 3), _finding("kernel-storm", 40, "a | pipe <b>")])
+    text = render_diff_markdown(diff_reports(old, new))
+    assert "### Added: 1" in text and "### Resolved: 1" in text and "Unchanged: 1" in text
+    added = text.split("### Added: 1")[1].split("### Resolved")[0]
+    assert "`ADV" in added and "kernel-storm" in added and "host-sync" not in added
+    assert "a \\| pipe &lt;b&gt;" in added  # the user's text stays one cell, no markup
+    assert "Step time: 10 ms → 10 ms:" in text and "regression" not in text
+    unjudged = render_diff_markdown(diff_reports(old, new, judge_step=False))
+    assert "not judged here" in unjudged
+
+
 @pytest.mark.slow
 def test_diff_cli_exit_codes(tmp_path):
     old, new = tmp_path / "old.json", tmp_path / "new.json"
     old.write_text(_report(10.0).model_dump_json())
     new.write_text(_report(12.0).model_dump_json())
     command = [sys.executable, "-m", "advisor", "diff"]
-    slower = subprocess.run(command + [str(old), str(new), "--html", str(tmp_path / "d.html")],
-                            capture_output=True, text=True, timeout=60)
+    slower = subprocess.run(command + [str(old), str(new), "--html", str(tmp_path / "d.html"), "--markdown",
+                                       str(tmp_path / "d.md")], capture_output=True, text=True, timeout=60)
     assert slower.returncode == 1 and "+20.0%" in slower.stdout and (tmp_path / "d.html").exists()
+    assert "Step time: 10 ms → 12 ms: **regression**" in (tmp_path / "d.md").read_text()
     lenient = subprocess.run(command + [str(old), str(new), "--threshold", "0.25"], capture_output=True, text=True, timeout=60)
     assert lenient.returncode == 0
     broken = tmp_path / "broken.json"
@@ -117,7 +133,7 @@ def test_diff_cli_exit_codes(tmp_path):
     assert bad.returncode == 2 and "not an advisor JSON report" in bad.stderr and "Traceback" not in bad.stderr
     unwritable = subprocess.run(command + [str(old), str(new), "--html", str(tmp_path / "no" / "d.html")],
                                 capture_output=True, text=True, timeout=60)
-    assert unwritable.returncode == 2 and "cannot write the HTML diff" in unwritable.stderr
+    assert unwritable.returncode == 2 and f"{tmp_path / 'no' / 'd.html'}: cannot write the diff" in unwritable.stderr
     assert "Traceback" not in unwritable.stderr
 
 

@@ -18,6 +18,7 @@ from advisor.gathered import Gathered
 from advisor.report.schema import ConfigurationRecord, Report, RuleProblemRecord, VerificationSettings
 from advisor.rulekit.engine import RuleConfig
 from advisor.rulekit.rule import Layer
+from advisor.rulekit.rule_page import docs_site
 from advisor.version import __version__
 
 # Failures of these kinds leave the audit incomplete (exit 2); "unsupported" ones are noted only.
@@ -36,7 +37,8 @@ def assemble_report(gathered: Gathered, rules: RuleConfig, verification: Verific
         environment=evidence.env, timing=evidence.timing, data=evidence.data, flops=evidence.flops,
         ranks=evidence.rank_summaries, memory=evidence.memory,
     )
-    report.configuration = ConfigurationRecord(file=rules.config_file, turned_off=sorted(rules.configured_off))
+    report.configuration = ConfigurationRecord(file=rules.config_file, turned_off=sorted(rules.configured_off),
+                                               docs_url=docs_site(rules.docs_url))
     if run_rules:
         findings, problems = rules.run(evidence, report.rules)
         root = os.path.dirname(rules.config_file) if rules.config_file else ""

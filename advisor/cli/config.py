@@ -1,7 +1,8 @@
 """``[tool.advisor]`` in the nearest ``pyproject.toml`` above the audited file or script (or ``--config FILE``), as
 ruff reads ``[tool.ruff]``: which rules (``select``, ``ignore``, ``extend-ignore``, ``per-file-ignores``), when to
-fail (``fail-on``), the verification's ``budget`` and thresholds (``set``, the ``--set`` names). A flag given on
-the command line wins over the file; ``--extend-ignore`` adds to the file's ``ignore``.
+fail (``fail-on``), the verification's ``budget``, thresholds (``set``, the ``--set`` names) and where the rules'
+pages are published (``docs-url``, for SARIF's ``helpUri``). A flag given on the command line wins over the file;
+``--extend-ignore`` adds to the file's ``ignore``.
 
     [tool.advisor]
     ignore = ["gc-pauses"]
@@ -20,7 +21,7 @@ import click
 
 from advisor.rulekit.thresholds import SettingError
 
-KEYS = ("select", "ignore", "extend-ignore", "fail-on", "budget", "set", "per-file-ignores")
+KEYS = ("select", "ignore", "extend-ignore", "fail-on", "budget", "set", "per-file-ignores", "docs-url")
 
 
 def find_config(start: str) -> str:
@@ -56,6 +57,8 @@ def table(path: str) -> dict:
             raise SettingError(f"{path}: [tool.advisor] {key} is a list of rule codes or slugs")
     if not isinstance(found.get("set", {}), dict) or not isinstance(found.get("per-file-ignores", {}), dict):
         raise SettingError(f"{path}: [tool.advisor] set and per-file-ignores are tables")
+    if not isinstance(found.get("docs-url", ""), str):
+        raise SettingError(f"{path}: [tool.advisor] docs-url is the address of advisor's documentation site")
     return found
 
 
@@ -79,7 +82,8 @@ def configured(options, subject: str):
               + tuple(meta.get("advisor.extend_ignore", ())) + tuple(found.get("extend-ignore", ())),
               "settings": tuple(f"{key}={value}" for key, value in found.get("set", {}).items()) + options.settings,
               "per_file_ignores": tuple((pattern, tuple(names)) for pattern, names in
-                                        found.get("per-file-ignores", {}).items())}
+                                        found.get("per-file-ignores", {}).items()),
+              "docs_url": found.get("docs-url", "")}
     if "fail-on" in found and not from_command_line("fail_on"):
         update["fail_on"] = str(found["fail-on"])
     if "budget" in found and hasattr(options, "budget") and not from_command_line("budget"):

@@ -254,6 +254,8 @@ def _analyze(options: AnalyzeOptions, first_path: str, out_dir: str, chosen: tup
               help="Change (0.05 = 5%) the 95% interval of the step time (or a latency percentile) must "
                    "clear before the diff calls it; exit 1 on a regression or a readiness check that got worse.")
 @click.option("--html", "html_path", type=click.Path(dir_okay=False), help="Also write the diff as HTML here.")
+@click.option("--markdown", "markdown_path", type=click.Path(dir_okay=False),
+              help="Also write the diff as Markdown here (a pull request's comment).")
 @flags.fail_on(default=None, help="Also exit 1 when the new report adds a finding at or above this severity "
                                  "(default: only a regression fails).")
 @click.option("--remeasure", is_flag=True,
@@ -263,8 +265,8 @@ def _analyze(options: AnalyzeOptions, first_path: str, out_dir: str, chosen: tup
               help="Judge the step time of the two reports (--no-step-time: a gate that times it with --remeasure).")
 @flags.budget("--remeasure: seconds of interleaved pairs.", default=60.0, least=1)
 @flags.pairs("--remeasure: exactly N pairs instead of --budget.")
-def diff(old_report, new_report, script_args, threshold, html_path, fail_on, judge_step, remeasure, budget,
-         pairs) -> None:
+def diff(old_report, new_report, script_args, threshold, html_path, markdown_path, fail_on, judge_step, remeasure,
+         budget, pairs) -> None:
     """Compare two JSON reports: step time, findings, readiness checks and latency (exit 1 on regression);
     with --remeasure, time two model files (or two scripts, given the same ARGS after --) against each other."""
     from advisor.commands.diff import DiffOptions, run_diff
@@ -276,11 +278,12 @@ def diff(old_report, new_report, script_args, threshold, html_path, fail_on, jud
         fail(f"{' '.join(script_args)}: arguments are for two scripts' --remeasure, not a diff of reports")
     try:
         result = run_diff(DiffOptions(old_report=old_report, new_report=new_report, threshold=threshold,
-                                      html_path=html_path, fail_on=fail_on, judge_step=judge_step))
+                                      html_path=html_path, markdown_path=markdown_path, fail_on=fail_on,
+                                      judge_step=judge_step))
     except DiffInputError as bad:
         fail(str(bad))
     except OSError as bad:
-        fail(f"{html_path}: cannot write the HTML diff: {bad.strerror}")
+        fail(f"{bad.filename}: cannot write the diff: {bad.strerror}")
     click.echo(result.text)
     sys.exit(result.exit_code)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from advisor.report.compare import ReportDiff, diff_reports, load_report, render_html, render_text
+from advisor.report.diff_markdown import render_diff_markdown
 
 
 @dataclass(kw_only=True)
@@ -13,6 +14,7 @@ class DiffOptions:
     new_report: str
     threshold: float = 0.05
     html_path: str | None = None
+    markdown_path: str | None = None  # the diff as Markdown, for a pull request's comment
     fail_on: str | None = None  # a severity: an added finding at or above it fails the gate too
     judge_step: bool = True  # False: the step time is judged by --remeasure instead
 
@@ -45,6 +47,9 @@ def run_diff(options: DiffOptions) -> DiffResult:
     if options.html_path:
         with open(options.html_path, "w", encoding="utf-8") as handle:
             handle.write(render_html(compared))
+    if options.markdown_path:
+        with open(options.markdown_path, "w", encoding="utf-8") as handle:
+            handle.write(render_diff_markdown(compared))
     result = DiffResult(compared, render_text(compared), options.fail_on)
     if failing := result.failing_findings:
         result.text += (f"\nFAIL: {len(failing)} finding(s) added at or above {options.fail_on}: "

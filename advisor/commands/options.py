@@ -22,6 +22,7 @@ class RuleOptions(ReportOptions):
     ignore: tuple[str, ...] = ()
     per_file_ignores: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (a glob of paths, the rules off in them)
     config_file: str = ""  # the pyproject.toml whose [tool.advisor] these came from
+    docs_url: str = ""  # where advisor's documentation is published (the file's docs-url), for the rules' pages
 
 
 @dataclass(kw_only=True)

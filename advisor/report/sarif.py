@@ -8,6 +8,7 @@ import os
 from typing import TYPE_CHECKING
 
 from advisor.rulekit.rule import Finding
+from advisor.rulekit.rule_page import rule_page_url
 
 if TYPE_CHECKING:
     from advisor.report.schema import Report
@@ -19,13 +20,16 @@ _LEVELS = {"high": "error", "medium": "warning", "low": "note", "info": "note"}
 
 def render_sarif(report: Report) -> str:
     rules, index = [], {}
+    site = report.configuration.docs_url if report.configuration else ""
     for finding in report.findings:
         if finding.code not in index:
             index[finding.code] = len(rules)
             rules.append({
                 "id": finding.code, "name": finding.slug,
                 "shortDescription": {"text": finding.title},
-                "helpUri": finding.fix.docs[0] if finding.fix and finding.fix.docs else None,
+                # the rule's own page where the docs site is known, else the page its fix cites
+                "helpUri": rule_page_url(site, finding.slug)
+                or (finding.fix.docs[0] if finding.fix and finding.fix.docs else None),
                 "properties": {"layer": finding.layer.value},
             })
     results = [_result(finding, index[finding.code]) for finding in report.findings]

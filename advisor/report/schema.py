@@ -119,6 +119,8 @@ class ConfigurationRecord(Record):
 
     file: str = Field(default="", description="the pyproject.toml whose [tool.advisor] was read; empty: none")
     turned_off: list[str] = Field(default_factory=list, description="the rules left out, by the file or the flags")
+    docs_url: str = Field(default="", description="where advisor's documentation is published (ADVISOR_DOCS_URL, "
+                                                  "docs-url, the package's Documentation URL): each rule's page")
 
 
 class VerificationSettings(Record):

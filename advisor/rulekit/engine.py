@@ -166,11 +166,13 @@ class RuleConfig:
     config_file: str = ""  # the [tool.advisor] read, if one was
     configured_off: set[str] = field(default_factory=set)  # by select and ignore (the file's, or the flags')
     per_file_ignores: tuple[tuple[str, frozenset[str]], ...] = ()  # (a glob of paths, the slugs off in them)
+    docs_url: str = ""  # the configured site of the rules' pages; empty: the environment's or the package's
 
     @classmethod
     def load(cls, rule_dirs: Iterable[str] = (), settings: Iterable[str] = (), disabled: Iterable[str] = (),
              select: Iterable[str] = (), ignore: Iterable[str] = (),
-             per_file_ignores: Iterable[tuple[str, tuple[str, ...]]] = (), config_file: str = "") -> "RuleConfig":
+             per_file_ignores: Iterable[tuple[str, tuple[str, ...]]] = (), config_file: str = "",
+             docs_url: str = "") -> "RuleConfig":
         """Raises SettingError for a --set, --disable, --select, --ignore or ``ADVISOR_DISABLE`` that names nothing."""
         ruleset = load_rules(rule_dirs)
         from_environment = [slug.strip() for slug in os.environ.get(DISABLE_VARIABLE, "").split(",") if slug.strip()]
@@ -178,13 +180,13 @@ class RuleConfig:
         off = check_disabled(ruleset, [*disabled, *from_environment]) | configured
         paths = tuple((pattern, frozenset(matching(ruleset.rules, names, f"{config_file} per-file-ignores")))
                       for pattern, names in per_file_ignores)
-        return cls(ruleset, parse_settings(ruleset, settings), off, config_file, configured, paths)
+        return cls(ruleset, parse_settings(ruleset, settings), off, config_file, configured, paths, docs_url)
 
     @classmethod
     def of(cls, options) -> "RuleConfig":
         """The rules a command's options (``commands/options.RuleOptions``) configure."""
         return cls.load(options.rule_dirs, options.settings, options.disabled, options.select, options.ignore,
-                        options.per_file_ignores, options.config_file)
+                        options.per_file_ignores, options.config_file, options.docs_url)
 
     def run(self, evidence: Evidence, runs: list[RuleRun] | None = None) -> tuple[list[Finding], list[RuleProblem]]:
         by_configuration = f"{self.config_file} [tool.advisor]" if self.config_file else "--select or --ignore"

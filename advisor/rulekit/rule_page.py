@@ -88,3 +88,30 @@ def _prose(text: str) -> str:
     if block:
         out.append("```")
     return "\n".join(out).strip()
+
+
+DOCS_URL_VARIABLE = "ADVISOR_DOCS_URL"
+
+
+def docs_site(configured: str = "") -> str:
+    """Where advisor's documentation is published, so a report can link each rule to its page: the environment's
+    ``ADVISOR_DOCS_URL``, else the configuration's ``docs-url``, else the installed package's ``Documentation``
+    project URL; empty where none says (a report then links the PyTorch page a rule's fix cites)."""
+    import os
+
+    site = os.environ.get(DOCS_URL_VARIABLE, "").strip() or configured.strip()
+    if not site:
+        from importlib.metadata import PackageNotFoundError, metadata
+
+        try:
+            urls = metadata("advisor").get_all("Project-URL") or []
+        except PackageNotFoundError:  # a checkout run without its install
+            urls = []
+        site = next((url.split(",", 1)[1].strip() for url in urls if url.split(",", 1)[0].strip().lower()
+                     == "documentation"), "")
+    return site.rstrip("/")
+
+
+def rule_page_url(site: str, slug: str) -> str:
+    """The rule's page in the site MkDocs builds from ``docs/`` (directory URLs, ``docs/hooks.py``'s paths)."""
+    return f"{site}/rules/{slug}/" if site else ""
