@@ -36,6 +36,14 @@ def test_the_hugging_face_trainer_callback_audits_a_window_of_its_steps_and_trai
     stdout, report = _fit("hf_trainer_fit.py", tmp_path)
     assert "TRAINED 40" in stdout  # every step the Trainer was asked for ran
     _read_as_advisor_run_reads_it(report, "BertForSequenceClassification", "AdamW")
+    # the Trainer checks each step's loss for nan/inf as Python bools (2 syncs a step beneath trainer.train()): the
+    # fix is its setting, not an edit of its loop (with the setting off the sync is gone: checked by hand)
+    assert "host-sync" in {finding["slug"] for finding in report["findings"]}
+    for finding in report["findings"]:
+        assert "torch.where" not in finding["fix"]["summary"], finding["fix"]
+        if finding["slug"] == "host-sync":
+            assert "TrainingArguments(logging_nan_inf_filter=False)" in finding["fix"]["summary"]
+            assert finding["evidence"]["advice_without_framework"]
 
 
 def test_the_lightning_callback_audits_a_window_of_its_steps_and_the_fit_goes_on(tmp_path):

@@ -1,8 +1,8 @@
 """The step window of ``advisor run``, installed in this very process by a framework's callback: the training's
 steps after a warm-up timed, a few profiled, the model described; then the evidence read back and the report
 assembled and written here, as ``advisor run`` does in its parent. The training is never stopped (the window runs
-as under ``--full``). Fixes are advised, not measured: measuring one means running the training again with it
-(``advisor run -- python train.py``)."""
+as under ``--full``). Fixes are advised in the framework's words (``framework_advice.py``), not measured:
+measuring one means running the training again with it (``advisor run -- python train.py``)."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ class InProcessAudit:
         self.spec = WindowSpec(script=self.script, warmup_steps=warmup_steps, steps=steps,
                                profile_steps=profile_steps, full=True, mode="train")
         self.window = None
+        self.settings = None  # what the framework was configured with (framework_advice.TrainingSettings)
         self.report = None
         self.written: dict[str, str] = {}
 
@@ -57,5 +58,10 @@ class InProcessAudit:
         gathered = gathered_run(run, self.script, timeout=0.0)
         self.report = assemble_report(gathered, RuleConfig.load(),
                                       VerificationSettings(enabled=False, note=NOT_MEASURED))
+        if self.settings is not None:
+            from advisor.integrations.framework_advice import in_framework_words
+
+            self.settings.environment = self.report.environment
+            in_framework_words(self.report.findings, self.settings)
         stem = os.path.splitext(os.path.basename(self.script))[0] if self.script.endswith(".py") else "training"
         self.written = write_reports(self.report, self.out, stem, self.formats)

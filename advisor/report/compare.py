@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from jinja2 import Environment, select_autoescape
 
 from advisor.report.schema import Report
-from advisor.rulekit.rule import Finding
+from advisor.rulekit.rule import Finding, Layer
 from advisor.stats import percentile, ratio_interval, run_to_run_half_width, widened
 
 
@@ -188,8 +188,10 @@ def diff_reports(old: Report, new: Report, threshold: float = 0.05, judge_step: 
     only_old = [f for k, f in old_by_key.items() if k not in new_by_key]
     result.borderline = [f for f in only_old + only_new if f.margin is not None and f.margin.borderline]
     marked = {run.slug for report in (old, new) for run in report.rules if run.unreliable}
-    result.unreliable = [f for f in only_old + only_new
-                         if f not in result.borderline and (f.unreliable or f.slug in marked)]
+    # a hardware finding in one run only (another job on the cores, a throttled clock) is the runner's state while
+    # that run was measured, not the change's
+    result.unreliable = [f for f in only_old + only_new if f not in result.borderline
+                         and (f.unreliable or f.slug in marked or f.layer == Layer.HARDWARE)]
     settled = result.borderline + result.unreliable
     result.added = [f for f in only_new if f not in settled]
     result.resolved = [f for f in only_old if f not in settled]
@@ -300,7 +302,8 @@ def render_text(diff: ReportDiff) -> str:
         lines += [f"  {f.code} {f.slug}: {f.margin.quantity} {f.margin.value:.3g} against {f.margin.threshold:.3g} "
                   f"(noise ±{f.margin.noise:.2g})" for f in diff.borderline]
     if diff.unreliable:
-        lines.append(f"unreliable (in one run only, decided on a contended machine): {len(diff.unreliable)}")
+        lines.append(f"unreliable (in one run only: the machine's state then, or decided on a contended machine): "
+                     f"{len(diff.unreliable)}")
         lines += [f"  {f.code} {f.slug}: {f.message}" for f in diff.unreliable]
     lines.append(f"unchanged: {len(diff.kept)}")
     lines += [f"  {f.code} {f.slug}: {said}" for f, said in diff.moved]
@@ -331,7 +334,8 @@ border-bottom:1px solid #dde2ea}table{border-collapse:collapse;width:100%}</styl
 (threshold ±{{ "%.0f"|format(threshold * 100) }}%; {{ step_note }})</p>{% else %}<p>Step time not comparable.</p>{% endif %}
 {% for title, items in [("Added", added), ("Resolved", resolved),
                          ("Borderline (one run only, within the noise of its threshold)", borderline),
-                         ("Unreliable (one run only, decided on a contended machine)", unreliable)] %}
+                         ("Unreliable (one run only: the machine's state, or decided on a contended machine)",
+                          unreliable)] %}
 <h2>{{ title }} ({{ items|length }})</h2>
 <table>{% for f in items %}<tr><td>{{ f.code }}</td><td>{{ f.slug }}</td><td>{{ f.message }}</td></tr>{% endfor %}</table>
 {% endfor %}<p>Unchanged: {{ kept|length }}</p>

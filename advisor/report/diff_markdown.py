@@ -24,7 +24,8 @@ def render_diff_markdown(diff: ReportDiff) -> str:
     lines.append("")
     for title, findings in (("Added", diff.added), ("Resolved", diff.resolved),
                             ("In one run only, within the noise of its threshold (not counted)", diff.borderline),
-                            ("In one run only, decided on a contended machine (not counted)", diff.unreliable)):
+                            ("In one run only, the machine's state or decided on a contended machine (not counted)",
+                             diff.unreliable)):
         if findings or title in ("Added", "Resolved"):
             lines += [f"### {title}: {len(findings)}", ""] + _table(findings)
     lines.append(f"Unchanged: {len(diff.kept)}" + (f", {len(diff.moved)} with numbers or lines moved" if diff.moved
