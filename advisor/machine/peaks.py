@@ -12,19 +12,24 @@ from __future__ import annotations
 from advisor.machine.state import MeasurementConditions
 from advisor.records import Field, Record
 
-# Dense (no sparsity) datasheet peaks: FLOP/s per dtype ("float32" without TF32) and memory bandwidth, bytes/s.
+# Dense (no sparsity) datasheet peaks: FLOP/s per dtype ("float32" without TF32; "float64" the FP64 tensor or
+# matrix cores' where the datasheet gives them, as a DGEMM uses them) and memory bandwidth, bytes/s. A dtype the
+# datasheet does not give (bf16 on a V100 or T4, FP64 on the A10, L4 and T4) is left out: not judged there.
 # Keys are matched as substrings of torch.cuda.get_device_name(), longest first.
 PUBLISHED: dict[str, tuple[dict[str, float], float]] = {
-    "H200": ({"float32": 67e12, "tf32": 494e12, "bfloat16": 989e12, "float16": 989e12}, 4.8e12),
-    "H100 PCIe": ({"float32": 51e12, "tf32": 378e12, "bfloat16": 756e12, "float16": 756e12}, 2.0e12),
-    "H100": ({"float32": 67e12, "tf32": 494e12, "bfloat16": 989e12, "float16": 989e12}, 3.35e12),
-    "A100-SXM4-80GB": ({"float32": 19.5e12, "tf32": 156e12, "bfloat16": 312e12, "float16": 312e12}, 2.039e12),
-    "A100": ({"float32": 19.5e12, "tf32": 156e12, "bfloat16": 312e12, "float16": 312e12}, 1.555e12),
+    "H200": ({"float32": 67e12, "tf32": 494e12, "bfloat16": 989e12, "float16": 989e12, "float64": 67e12}, 4.8e12),
+    "H100 PCIe": ({"float32": 51e12, "tf32": 378e12, "bfloat16": 756e12, "float16": 756e12, "float64": 51e12},
+                  2.0e12),
+    "H100": ({"float32": 67e12, "tf32": 494e12, "bfloat16": 989e12, "float16": 989e12, "float64": 67e12}, 3.35e12),
+    "A100-SXM4-80GB": ({"float32": 19.5e12, "tf32": 156e12, "bfloat16": 312e12, "float16": 312e12,
+                        "float64": 19.5e12}, 2.039e12),
+    "A100": ({"float32": 19.5e12, "tf32": 156e12, "bfloat16": 312e12, "float16": 312e12, "float64": 19.5e12},
+             1.555e12),
     "A10": ({"float32": 31.2e12, "tf32": 62.5e12, "bfloat16": 125e12, "float16": 125e12}, 0.6e12),
     "L4": ({"float32": 30.3e12, "tf32": 60e12, "bfloat16": 121e12, "float16": 121e12}, 0.3e12),
-    "V100": ({"float32": 15.7e12, "float16": 125e12}, 0.9e12),
+    "V100": ({"float32": 15.7e12, "float16": 125e12, "float64": 7.8e12}, 0.9e12),
     "T4": ({"float32": 8.1e12, "float16": 65e12}, 0.32e12),
-    "MI300X": ({"float32": 163.4e12, "bfloat16": 1307e12, "float16": 1307e12}, 5.3e12),
+    "MI300X": ({"float32": 163.4e12, "bfloat16": 1307e12, "float16": 1307e12, "float64": 163.4e12}, 5.3e12),
     "MI250": ({"float32": 47.9e12, "bfloat16": 362e12, "float16": 362e12}, 3.2e12),
 }
 

@@ -61,6 +61,22 @@ def test_float64_from_numpy_is_found_where_it_came_in_and_missing_amp_leaves_it_
     assert check_rule("missing-amp", evidence) == []  # its matmuls are not float32
 
 
+def test_float64_on_a_gpu_judged_by_its_datasheet_where_its_roofs_could_not_be_measured():
+    """Where measuring fails on a GPU, the datasheet's roofs stand in: a V100 runs FP64 at half its FP32 (found),
+    an A100's FP64 tensor cores at its FP32 (not slow), and a GPU whose datasheet gives no FP64 is not judged."""
+    from advisor.machine.peaks import MachinePeaks, published_peaks
+
+    evidence = saved_evidence("numpy_float64")
+
+    def on(gpu: str):
+        flops, bandwidth = published_peaks(gpu)
+        peaks = MachinePeaks(device=gpu, flops_per_s=flops, bandwidth_bytes_per_s=bandwidth, source="published")
+        return check_rule("slow-precision", evidence.model_copy(update={"peaks": peaks}))
+    [v100] = on("Tesla V100-SXM2-16GB")
+    assert v100.evidence["roof_ratio"] == 2.01 and v100.evidence["roofs_source"] == "published"
+    assert on("NVIDIA A100-SXM4-80GB") == [] and on("NVIDIA H100 80GB HBM3") == [] and on("Tesla T4") == []
+
+
 def test_missing_amp_says_bf16_applies_elsewhere_where_the_roofs_measured_it_slower_here():
     evidence = saved_evidence("weight_norm_keywords")
     assert check_rule("missing-amp", evidence)[0].severity.value == "low"  # native bf16 measured faster here
