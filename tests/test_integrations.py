@@ -1,6 +1,7 @@
 """The training frameworks' callbacks: a real tiny Hugging Face Trainer run and a Lightning fit on CPU, each with
-advisor's callback added, train to their end and leave the report of a window of their own steps. Skipped where
-the framework is not installed (neither is advisor's dependency)."""
+advisor's callback added, train to their end and leave the report of a window of their own steps, the fixes that
+can be switched measured in their later steps. Skipped where the framework is not installed (neither is advisor's
+dependency); a plain loop with the same in-process audit runs everywhere."""
 
 from __future__ import annotations
 
@@ -28,7 +29,9 @@ def _read_as_advisor_run_reads_it(report: dict, model_class: str, optimizer: str
     assert target["model_class"] == model_class and target["mode"] == "train"
     assert f"1 step of {optimizer}" in target["step"]["summary"] and report["errors"] == []
     assert len(report["timing"]["samples_ms"]) == 10 and report["trace"] is not None  # the steps=10 asked for
-    assert report["verification"]["enabled"] is False and "not measured" in report["verification"]["note"]
+    assert report["verification"]["enabled"] is True and "switched on and off by blocks" in report["verification"]["note"]
+    for finding in report["findings"]:  # each fix measured in the training, or said why not (never left unsaid)
+        assert finding["verification"] is not None, finding["slug"]
 
 
 def test_the_hugging_face_trainer_callback_audits_a_window_of_its_steps_and_training_goes_on(tmp_path):
@@ -51,3 +54,31 @@ def test_the_lightning_callback_audits_a_window_of_its_steps_and_the_fit_goes_on
     stdout, report = _fit("lightning_fit.py", tmp_path)
     assert "TRAINED 60" in stdout
     _read_as_advisor_run_reads_it(report, "Net", "AdamW")
+
+
+def _measured_in_training(verification: dict) -> None:
+    """A fix switched on and off by blocks of the training's own steps: a verdict from pairs of blocks."""
+    assert verification["timed"] == "block" and verification["samples"] >= 6, verification
+    assert verification["status"] in ("verified", "no-gain", "slower", "inconclusive")
+    assert "switched inside the user's own training" in verification["note"]
+
+
+def test_the_lightning_callback_measures_a_switchable_fix_in_the_fits_own_steps_and_takes_it_back(tmp_path):
+    """torch.compile, advised as Lightning users do it, switched into the fit's forward block by block after the
+    window; the fit reaches its last step and ends with its own model and optimizer."""
+    pytest.importorskip("lightning", reason="lightning is not installed here")
+    stdout, report = _fit("lightning_verify_fit.py", tmp_path)
+    assert "TRAINED 3000 FOREACH False OWN FORWARD False" in stdout
+    [storm] = [f for f in report["findings"] if f["slug"] == "kernel-storm"]
+    assert storm["fix"]["summary"].startswith("compile the module before fitting")
+    _measured_in_training(storm["verification"])
+
+
+def test_a_plain_loop_audited_in_its_process_gets_its_optimizers_fix_measured_in_its_own_steps(tmp_path):
+    """What the callbacks install, without a framework: the optimizer's foreach/fused switched in the loop's own
+    later steps, its numerics compared at the first such step; the loop ends with its own options."""
+    stdout, report = _fit("plain_loop_fit.py", tmp_path)
+    assert "FOREACH False FUSED None OWN FORWARD False" in stdout
+    [optimizer] = [f for f in report["findings"] if f["slug"] == "optimizer-foreach"]
+    _measured_in_training(optimizer["verification"])
+    assert "the parameters after one optimizer step from the same state match" in optimizer["verification"]["note"]

@@ -10,14 +10,16 @@ try:
 except ImportError:  # the standalone package's name
     from pytorch_lightning import Callback
 
-from advisor.integrations.in_process import InProcessAudit
+from advisor.integrations.in_process import VERIFY_BUDGET_S, InProcessAudit
 from advisor.run.window_spec import PROFILED_STEPS, TIMED_STEPS, WARMUP_STEPS
 
 
 class AdvisorCallback(Callback):
     def __init__(self, out: str = "reports", warmup_steps: int = WARMUP_STEPS, steps: int = TIMED_STEPS,
-                 profile_steps: int = PROFILED_STEPS):
-        self.audit = InProcessAudit(out, warmup_steps, steps, profile_steps)
+                 profile_steps: int = PROFILED_STEPS, verify: bool = True, budget_s: float = VERIFY_BUDGET_S):
+        """``verify``: measure each fix that can be switched between two steps in the training's own later steps
+        (``in_run_verification.py``); ``budget_s``: the seconds of training those measurements may take."""
+        self.audit = InProcessAudit(out, warmup_steps, steps, profile_steps, verify=verify, budget_s=budget_s)
 
     def on_train_start(self, trainer, pl_module):
         from advisor.integrations.framework_advice import TrainingSettings, entry_line
@@ -28,8 +30,7 @@ class AdvisorCallback(Callback):
         self.audit.start()
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        if self.audit.measured:
-            self.audit.finish()
+        self.audit.at_step_end()
 
     def on_train_end(self, trainer, pl_module):
-        self.audit.finish()
+        self.audit.training_ended()

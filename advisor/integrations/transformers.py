@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from transformers import TrainerCallback
 
-from advisor.integrations.in_process import InProcessAudit
+from advisor.integrations.in_process import VERIFY_BUDGET_S, InProcessAudit
 from advisor.run.window_spec import PROFILED_STEPS, TIMED_STEPS, WARMUP_STEPS
 
 # the TrainingArguments the advice reads: what the training runs with before it is told to change
@@ -17,8 +17,10 @@ SETTINGS = ("bf16", "fp16", "tf32", "torch_compile", "dataloader_num_workers", "
 
 class AdvisorCallback(TrainerCallback):
     def __init__(self, out: str = "reports", warmup_steps: int = WARMUP_STEPS, steps: int = TIMED_STEPS,
-                 profile_steps: int = PROFILED_STEPS):
-        self.audit = InProcessAudit(out, warmup_steps, steps, profile_steps)
+                 profile_steps: int = PROFILED_STEPS, verify: bool = True, budget_s: float = VERIFY_BUDGET_S):
+        """``verify``: measure each fix that can be switched between two steps in the training's own later steps
+        (``in_run_verification.py``); ``budget_s``: the seconds of training those measurements may take."""
+        self.audit = InProcessAudit(out, warmup_steps, steps, profile_steps, verify=verify, budget_s=budget_s)
 
     def on_train_begin(self, args, state, control, **kwargs):
         from advisor.integrations.framework_advice import TrainingSettings, entry_line
@@ -30,8 +32,7 @@ class AdvisorCallback(TrainerCallback):
         self.audit.start()
 
     def on_step_end(self, args, state, control, **kwargs):
-        if self.audit.measured:
-            self.audit.finish()
+        self.audit.at_step_end()
 
     def on_train_end(self, args, state, control, **kwargs):
-        self.audit.finish()
+        self.audit.training_ended()

@@ -56,6 +56,9 @@ class WindowSpec(Record):
     rule_dirs: list[str] = Field(default_factory=list, description="--rules folders the fixes' rules come from")
     fixes: list[Finding] = Field(default_factory=list, description="the findings whose fixes are injected")
     switched: BlocksSpec | None = Field(default=None, description="an A/B inside the run, else whole runs")
+    in_training: bool = Field(default=False, description="installed by a training callback in the user's own "
+                                                         "training: never stops or reseeds the process, and switches "
+                                                         "its fix off at its end")
 
 
 def written(spec: WindowSpec, path: str) -> None:

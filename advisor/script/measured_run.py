@@ -24,6 +24,7 @@ class MeasuredRun:
         self.results = None
         self.switch = None  # an A/B inside this run (switched.py): the fix on and off by blocks of steps
         self.blocks = None
+        self.handles: list = []  # the optimizer hooks it registered
 
     def prepare(self) -> None:
         """Seed, inject the fixes, and find the model at its first call (its hooks, its first output)."""
@@ -34,38 +35,58 @@ class MeasuredRun:
         from advisor.verify.first_results import FirstResults
         from advisor.verify.inject import Injection, fixed_target, model_matcher, on_first_call
 
-        random.seed(0)
-        torch.manual_seed(0)
-        if "numpy" in sys.modules:
-            sys.modules["numpy"].random.seed(0)
         state = self.state
+        in_training = state.spec.in_training
+        if not in_training:  # a run of advisor's own: seeded alike (a user's training keeps its own random state)
+            random.seed(0)
+            torch.manual_seed(0)
+            if "numpy" in sys.modules:
+                sys.modules["numpy"].random.seed(0)
         switched = state.spec.switched
         try:
             self.injection = Injection(*fixed_target(state.spec))
             self.injection.apply_now(switched=bool(switched))
         except NotVerifiable as reason:
             state.write("fix_refused.json", {"reason": str(reason)})
-            os._exit(0)
+            return self._give_up(in_training)
         except Exception as broken:  # noqa: BLE001 - a fix is code too
             state.write("fix_error.json", {"message": f"applying the fix raised {type(broken).__name__}: {broken}"})
-            os._exit(0)
+            return self._give_up(in_training)
         if switched:
             from torch.optim.optimizer import register_optimizer_step_post_hook
 
             from advisor.script.failures import distributed
             from advisor.verify.switched import Blocks, Switch
 
-            self.switch = Switch(self.injection)
+            self.switch = Switch(self.injection, forgiving=in_training)
             self.blocks = Blocks(self.switch, switched, distributed)
-            register_optimizer_step_pre_hook(lambda optimizer, args, kwargs: self.switch.before_optimizer_step(
-                optimizer, args, kwargs))
-            register_optimizer_step_post_hook(lambda optimizer, args, kwargs: self.switch.probe.after_optimizer_step())
+            self.handles = [
+                register_optimizer_step_pre_hook(lambda optimizer, args, kwargs: self.switch.before_optimizer_step(
+                    optimizer, args, kwargs)),
+                register_optimizer_step_post_hook(
+                    lambda optimizer, args, kwargs: self.switch.probe.after_optimizer_step())]
         else:
             self.results = FirstResults()
             self.results.watch_backward()
-            register_optimizer_step_pre_hook(self._before_optimizer_step)
+            self.handles = [register_optimizer_step_pre_hook(self._before_optimizer_step)]
         if self.model is not None:
             on_first_call(model_matcher(self.model), self._model_found)
+
+    def _give_up(self, in_training: bool) -> None:
+        """The fix could not be applied (said in the window's folder): a run of advisor's own ends here; in a user's
+        training the window ends, and the training goes on."""
+        if not in_training:
+            os._exit(0)
+        self.state.done = True
+
+    def withdraw(self) -> None:
+        """In a user's training, once the blocks are done: the fix off and every change the switch made taken back
+        (the model's forward, the optimizers' options, the flags, the loaders), its hooks removed."""
+        if self.switch is not None:
+            self.switch.withdraw()
+        for handle in self.handles:
+            handle.remove()
+        self.handles = []
 
     def _model_found(self, model: Any) -> None:
         if self.switch is not None:
@@ -125,4 +146,5 @@ class MeasuredRun:
                 "loader_options": injection.candidate.loader_options,
                 "rewrite_unapplied": rewrite.unapplied() if rewrite is not None else None,
                 "rewrite_described": rewrite.described() if rewrite is not None else "",
-                "blocks": self.blocks.summary() if self.blocks is not None else None}
+                "blocks": self.blocks.summary() if self.blocks is not None else None,
+                "switch_failed": self.switch.failed if self.switch is not None else ""}

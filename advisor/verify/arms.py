@@ -274,7 +274,7 @@ class RunVerifier:
                                     note="the script did not complete its timed window"
                                          + (" with the fix" if changed else "") + (f": {why}" if why else ""))
             if switched:
-                from advisor.verify import switched as switched_run
+                from advisor.verify import switched_probe as switched_run
 
                 return window, switched_run.load(run.folder)
             from advisor.verify import first_results

@@ -65,6 +65,7 @@ class Injection:
         self.changes_optimizer = bool(candidate.optimizer_options)
         self.changes_ddp = bool(candidate.ddp_options or candidate.ddp_sync_every)
         self.switches = contextlib.ExitStack()
+        self.lasting = contextlib.ExitStack()  # what holds for the whole run (left only in a user's own training)
         self.model_fixed = False
 
     def apply_now(self, switched: bool = False) -> None:
@@ -83,7 +84,7 @@ class Injection:
         if candidate.compiled:
             from advisor.verify.compiled import eager_random_in_compiled_code
 
-            eager_random_in_compiled_code().__enter__()  # dropout draws as in eager code, so results compare
+            self.lasting.enter_context(eager_random_in_compiled_code())  # dropout draws as eager code's: results compare
 
     def enter_switches(self) -> None:
         """The fix's flags and silenced calls, for the rest of the run (the process is the candidate's

@@ -15,16 +15,15 @@ the two blocks' median step times. The run ends itself at a step's end once its 
 the parent's deadline or at the most pairs; under
 torchrun every rank runs exactly the most pairs, so all ranks stop at the same step.
 
-Numerics, at the first step with the fix on: the model's forward runs on the same arguments as the script
-has it and with the fix (the random state and the buffers put back after each), comparing in training the
-mean of its outputs and every gradient of it (a loss and its gradients, as a model file's step is compared),
-else its outputs; the optimizer's step is taken with the script's options from the same state and then, the
-state put back, with the fix's. The values go to the parent, which compares them with the rule's tolerance.
+Numerics, at the first step with the fix on: the model's forward and the optimizer's step without and with the
+fix, from the same state (``switched_probe.py``).
+
+In a training callback's window (``WindowSpec.in_training``, ``integrations/in_run_verification.py``) a forward the
+fix breaks runs without it and ends the window (``Switch.failed``), and ``withdraw`` takes every change back.
 """
 
 from __future__ import annotations
 
-import os
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -35,137 +34,25 @@ import torch
 from advisor.run.window_spec import BlocksSpec
 from advisor.verify.inject import Injection
 from advisor.verify.measure import ABResult, verdict
+from advisor.verify.switched_probe import Probe
 
-FILE = "switched_numerics.pt"
 LEAST_PAIRS = 6  # before a run may end itself on a verdict
-_save = torch.save  # taken before any fix silences the script's saves
-
-
-@dataclass
-class Probe:
-    """The values of one forward and one optimizer step, as the script has them and with the fix."""
-
-    reference: list[torch.Tensor] = field(default_factory=list)
-    candidate: list[torch.Tensor] = field(default_factory=list)
-    what: list[str] = field(default_factory=list)
-    skipped: list[str] = field(default_factory=list)  # what could not be compared, and why
-    forward_pending: bool = False
-    optimizer_pending: bool = False
-    inside: bool = False  # the probe's own optimizer step: the window does not count it
-    expected_parameters: list[torch.Tensor] | None = None
-    parameters: list[torch.Tensor] = field(default_factory=list)
-    first_fixed_extra_s: float | None = None  # the fixed forward's first call over the script's: torch.compile's time
-    precision: str | None = None  # the reduced precision the script's forward computes in (autocast, its weights)
-
-    def forward(self, model: torch.nn.Module, original: Callable, fixed: Callable, switch: Switch,
-                args: tuple, kwargs: dict) -> Any:
-        """The forward as the script has it and with the fix, on the same arguments; in training also the
-        gradients of their outputs' mean (the script's loss is not known here). Both are the probe's own:
-        their random draws and buffer updates are put back, and the script's forward runs after them."""
-        from advisor.workload.autocast import watch_precision
-
-        self.forward_pending = False
-        parameters = [p for p in model.parameters() if p.requires_grad] if torch.is_grad_enabled() else []
-        switch.flags(False)  # the reference as the script has it: its own flags too
-        began = time.perf_counter()
-        seen, stop_watching = watch_precision(model)
-        try:
-            self.reference += self._probed(model, original, args, kwargs, parameters)
-        finally:
-            stop_watching()
-        self.precision = seen[0] if seen else None
-        switch.flags(True)
-        middle = time.perf_counter()
-        self.candidate += self._probed(model, fixed, args, kwargs, parameters)
-        self.first_fixed_extra_s = max(0.0, (time.perf_counter() - middle) - (middle - began))
-        self.what.append(("the mean of the model's outputs and its gradients" if parameters else "the model's outputs")
-                         + " on the same batch")
-        return fixed(*args, **kwargs)
-
-    def _probed(self, model: torch.nn.Module, forward: Callable, args: tuple, kwargs: dict,
-                parameters: list[torch.Tensor]) -> list[torch.Tensor]:
-        buffers = [(buffer, buffer.detach().clone()) for buffer in model.buffers()]
-        devices = [torch.cuda.current_device()] if torch.cuda.is_available() and torch.cuda.is_initialized() else []
-        with torch.random.fork_rng(devices=devices):  # the draws are given back: the next forward draws the same
-            values = self._values(forward(*args, **kwargs), parameters)
-        with torch.no_grad():
-            for buffer, kept in buffers:  # batch norm's running statistics: this forward was not the script's
-                buffer.copy_(kept)
-        return values
-
-    @staticmethod
-    def _values(output: Any, parameters: list[torch.Tensor]) -> list[torch.Tensor]:
-        """In training, as the model-file verification compares a step: a loss (here the outputs' mean, the
-        script's own loss not being known) and every parameter's gradient of it; else the outputs."""
-        from torch.utils._pytree import tree_flatten
-
-        tensors = [t for t in tree_flatten(output)[0] if isinstance(t, torch.Tensor)]
-        differentiable = [t for t in tensors if t.requires_grad and t.is_floating_point()]
-        if not parameters or not differentiable:
-            return [t.detach().clone().cpu() for t in tensors]
-        loss = sum(t.float().mean() for t in differentiable)
-        gradients = torch.autograd.grad(loss, parameters, allow_unused=True)
-        return [loss.detach().cpu().reshape(1)] + [torch.zeros(p.shape) if g is None else g.detach().clone().cpu()
-                                                   for p, g in zip(parameters, gradients)]
-
-    def optimizer_step(self, optimizer: Any, args: tuple, kwargs: dict, switch: Switch) -> None:
-        """Before the first step with the fix: the step as the script has it, from the same state, then put back."""
-        self.optimizer_pending = False
-        if len(args) > 1 or kwargs.get("closure") is not None:  # args[0]: the optimizer itself (torch's wrapper)
-            self.skipped.append("the optimizer step was not compared (it is called with a closure, which would "
-                                "run the model again)")
-            return
-        parameters = [p for group in optimizer.param_groups for p in group["params"]]
-        kept = [p.detach().clone() for p in parameters]
-        state = {p: {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in optimizer.state[p].items()}
-                 for p in parameters if p in optimizer.state}
-        switch.options(optimizer, False)
-        self.inside = True
-        try:
-            optimizer.step()
-        finally:
-            self.inside = False
-        self.expected_parameters = [p.detach().clone().cpu() for p in parameters]
-        with torch.no_grad():
-            for p, value in zip(parameters, kept):
-                p.copy_(value)
-        for p in parameters:
-            if p in state:
-                optimizer.state[p] = state[p]
-            else:
-                optimizer.state.pop(p, None)
-        switch.options(optimizer, True)
-        self.parameters = parameters
-
-    def after_optimizer_step(self) -> None:
-        if self.expected_parameters is None or not self.parameters:
-            return
-        self.reference += self.expected_parameters
-        self.candidate += [p.detach().clone().cpu() for p in self.parameters]
-        self.what.append("the parameters after one optimizer step from the same state")
-        self.expected_parameters, self.parameters = None, []
-
-    def save(self, folder: str) -> None:
-        _save({"reference": self.reference, "candidate": self.candidate, "what": self.what, "skipped": self.skipped,
-               "precision": self.precision}, os.path.join(folder, FILE))
-
-
-def load(folder: str) -> dict | None:
-    path = os.path.join(folder, FILE)
-    return torch.load(path, weights_only=True) if os.path.exists(path) else None
 
 
 class Switch:
     """The fix's switchable parts, on or off between steps: the model's forward, the optimizers' options,
     the fix's flags."""
 
-    def __init__(self, injection: Injection):
+    def __init__(self, injection: Injection, forgiving: bool = False):
         self.injection = injection
         self.on = False
         self.own_options: dict[int, tuple[Any, list[dict]]] = {}  # optimizer id -> (it, each group's own options)
         self.probe = Probe()
         self.twins: dict[int, Any] = {}  # a loader's id -> its twin with the fix's settings
         self.queue_depth = 0  # the most batches any loader's workers hold ready (prefetched while its arm is off)
+        self.taken_back: list[Callable[[], None]] = []  # what withdraw() undoes, last change first
+        self.forgiving = forgiving  # a user's own training: a forward the fix breaks runs without it (``failed``)
+        self.failed = ""
         if injection.changes_loader:
             self._switch_loaders()
 
@@ -191,6 +78,7 @@ class Switch:
                 switch.queue_depth = max(switch.queue_depth, _queue_depth(loader), _queue_depth(twin))
             return SwitchedBatches(own_iter(loader), lambda: own_iter(twin), switch, _length(loader))
         DataLoader.__iter__ = switched_iter
+        self.taken_back.append(lambda: setattr(DataLoader, "__iter__", own_iter))
 
     @property
     def with_data(self) -> bool:
@@ -208,8 +96,35 @@ class Switch:
             if probe.forward_pending:
                 return probe.forward(model, original, fixed, switch, args, kwargs)
             return fixed(*args, **kwargs)
+        if self.forgiving:  # in a user's own training, a fix that fails is switched off, never the training's end
+            switched = self._forgiving(switched, original)
+        own = model.__dict__.get("forward")  # an instance's own forward (a wrapper some library set), else the class's
         model.forward = switched
         self.injection.model_fixed = True
+        self.taken_back.append(lambda: setattr(model, "forward", own) if own is not None else
+                               model.__dict__.pop("forward", None))
+
+    def _forgiving(self, switched: Callable, original: Callable) -> Callable:
+        switch = self
+
+        def forgiving(*args, **kwargs):
+            if not switch.on:
+                return original(*args, **kwargs)
+            try:
+                return switched(*args, **kwargs)
+            except Exception as broken:  # noqa: BLE001 - the fix's failure, said; the step runs as the script has it
+                switch.failed = f"the forward with the fix raised {type(broken).__name__}: {broken}"[:400]
+                switch.set(False)
+                return original(*args, **kwargs)
+        return forgiving
+
+    def withdraw(self) -> None:
+        """The fix off and every change made for switching it taken back: the run goes on as the script has it
+        (a training callback's verification, in the user's own training)."""
+        self.set(False)
+        self.injection.lasting.close()
+        while self.taken_back:
+            self.taken_back.pop()()
 
     def before_optimizer_step(self, optimizer: Any, args: tuple, kwargs: dict) -> None:
         if self.probe.inside:
@@ -323,7 +238,10 @@ class Blocks:
         blocks done, the window's ``finish`` ends the run."""
         from advisor.files import intercept
 
-        if state.count >= state.warmup:
+        if self.switch.failed:  # the fix broke a forward (in a user's training): it stays off, the run is over
+            state.machine.stop()
+            finish()
+        elif state.count >= state.warmup:
             timed = state.count > state.warmup and state.last is not None
             kept = getattr(intercept.LAYER, "spent", 0.0) - state.journal_spent  # the journal's copies
             waited = 0.0 if self.with_data else state.waiting
