@@ -89,8 +89,9 @@ class WindowEnd:
                         state.write("describe_error.json", {"message": f"{type(failure).__name__}: {failure}"})
             extra = self.verification.summary() if self.verification is not None else {}
             state.write("window.json", {**measured, **extra})
-        in_training = state.spec.in_training  # a training callback's window: the training goes on (its callback
-        # withdraws the fix after the step: here torch is still calling the optimizer's hooks, which it would remove)
+        # a training callback's window never stops the training; the callback withdraws its fix after the step (torch
+        # is still calling the optimizer's hooks here, and withdrawing removes some of them)
+        in_training = state.spec.in_training
         lead = state.lead_seen()
         if state.full and not stopped and not state.measure_only and lead is not None and state.kind != FORWARD:
             state.inference.watch(lead.module)  # --full: the steps after the window log the model's calls without grad

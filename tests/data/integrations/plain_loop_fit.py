@@ -11,7 +11,7 @@ OUT = sys.argv[1]
 torch.manual_seed(0)
 model = torch.nn.Sequential(*[torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.LayerNorm(32)) for _ in range(24)])
 optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=False)
-audit = InProcessAudit(out=f"{OUT}/reports", steps=10, budget_s=20)
+audit = InProcessAudit(out=f"{OUT}/reports", steps=10, budget_s=10)
 audit.start()
 steps = 0
 while steps < 20000 and (audit.verifying is None or audit.verifying.is_alive()):
