@@ -60,6 +60,17 @@ def test_the_window_spec_carries_a_verification_runs_fixes_and_blocks_as_records
         read_window_spec(str(tmp_path / "bad.json"))
 
 
+def test_a_verification_run_finds_the_module_the_step_calls_where_it_is_not_the_model_named():
+    from advisor.evidence import TargetInfo
+    from advisor.run.window_spec import AuditedModel
+
+    named = TargetInfo(model_file="train.py", model_class="LitNet", param_count=120)
+    assert AuditedModel.of(named) == AuditedModel(class_name="LitNet", params=120)
+    parts = named.model_copy(update={"called_module": "Sequential", "called_params": 100})  # training_step calls a part
+    assert AuditedModel.of(parts) == AuditedModel(class_name="Sequential", params=100)
+    assert AuditedModel.of(TargetInfo(model_file="train.py")) is None  # no model read: none to find
+
+
 def test_the_file_layer_spec_is_checked_without_pydantic(tmp_path):
     path = str(tmp_path / "files.json")
     FileLayerSpec(mode="shadow", journal="/j", shadow="/s", limit=10).write(path)

@@ -76,9 +76,14 @@ def test_the_lightning_callback_measures_a_switchable_fix_in_the_fits_own_steps_
 
 def test_a_plain_loop_audited_in_its_process_gets_its_optimizers_fix_measured_in_its_own_steps(tmp_path):
     """What the callbacks install, without a framework: the optimizer's foreach/fused switched in the loop's own
-    later steps, its numerics compared at the first such step; the loop ends with its own options."""
+    later steps, its numerics compared at the first such step; the loop ends with its own options. Its step calls
+    a part of the model (net.body), whose forward the compile fix is switched into."""
     stdout, report = _fit("plain_loop_fit.py", tmp_path)
     assert "FOREACH False FUSED None OWN FORWARD False" in stdout
     [optimizer] = [f for f in report["findings"] if f["slug"] == "optimizer-foreach"]
     _measured_in_training(optimizer["verification"])
     assert "the parameters after one optimizer step from the same state match" in optimizer["verification"]["note"]
+    # the loop calls the model's part: the fixes of the forward find that part (the model named is the class)
+    assert (report["target"]["model_class"], report["target"]["called_module"]) == ("Net", "Sequential")
+    [storm] = [f for f in report["findings"] if f["slug"] == "kernel-storm"]
+    assert storm["verification"]["status"] != "fix-failed" and "never called" not in storm["verification"]["note"]

@@ -83,8 +83,7 @@ def _run_with(files: FileSession, options: RunOptions, progress: Callable[[str],
             "kind": seen.get("kind"), "device": target.device, "mode": target.mode,
             "step_ms": evidence.timing.median_ms if evidence.timing is not None else None,
             "rule_dirs": list(options.rule_dirs),
-            "model": AuditedModel(class_name=target.model_class, params=target.param_count or 0)
-            if target.model_class else None})
+            "model": AuditedModel.of(target)})
         verifier = RunVerifier(list(options.command), known, rules.ruleset, options.budget, options.timeout, files=files,
                                progress=progress, pairs=options.pairs)
         refusal = files.refusal()

@@ -99,6 +99,9 @@ class TargetInfo(Record):
     autocast: str | None = Field(default=None, description="autocast dtype active in the step, if any")
     forward_call: Location | None = Field(default=None, description="where a script calls the model, when that "
                                                                     "line is the user's (not a library's loop)")
+    called_module: str = Field(default="", description="the module the script's step calls, where it is not the "
+                                                       "model named (a LightningModule whose step calls its parts)")
+    called_params: int = Field(default=0, description="that module's parameter count")
     module_types: dict[str, int] = Field(default_factory=dict, description="module class -> count in the model")
     checkpointing_switch: str = Field(default="", description="the model's own activation-checkpointing switch, where "
                                                               "it has one (transformers', timm's), as a call")

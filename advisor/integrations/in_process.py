@@ -119,7 +119,6 @@ class InProcessAudit:
         known = self.spec.model_copy(update={
             "kind": self.window.state.kind, "device": target.device, "mode": target.mode,
             "step_ms": timing.median_ms if timing is not None else None,
-            "model": AuditedModel(class_name=target.model_class, params=target.param_count or 0)
-            if target.model_class else None})
+            "model": AuditedModel.of(target)})
         self.verifier = InRunVerifier(known, rules.ruleset)
         self.verifying = verify_in_training(self.report, rules, self.verifier, self.budget_s, self.write)

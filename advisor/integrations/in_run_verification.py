@@ -65,8 +65,12 @@ class InRunVerifier:
         tolerance = max((self.ruleset.get(f.slug).fix_spec.tolerance_for(f) for f in findings), default=1e-5)
         with Watch() as watch:  # the training's process is its own; anything else is contention
             outcome = measure_switched(self, fixes, tolerance, share_s)
-        if isinstance(outcome, str):  # the training ended before the least pairs
-            return Verification(status="skipped", note=f"{outcome}: a longer training, or advisor run, measures it")
+        if isinstance(outcome, str):  # fewer than the least pairs: the training ended, or the fix's share of the budget
+            why = ("the training ended first: a longer training, or advisor run, measures it" if self.ended else
+                   "its share of budget_s ran out first (a first compilation's time among it): a larger budget_s "
+                   "measures it")
+            return Verification(status="skipped", note=f"fewer than {outcome.removeprefix('the script ended before ')}"
+                                                        f": {why}")
         outcome.device = outcome.device or self.window.device
         if outcome.speedup is not None:
             outcome.conditions = watch.conditions

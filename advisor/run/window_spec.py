@@ -21,6 +21,14 @@ class AuditedModel(Record):
     class_name: str = Field(description="its class")
     params: int = Field(default=0, description="its parameter count")
 
+    @classmethod
+    def of(cls, target) -> AuditedModel | None:
+        """The module whose forward a fix changes, from the audit run's ``TargetInfo``: the one the step calls where
+        it is not the model named (a LightningModule whose step calls its parts), else the model."""
+        if target.called_module:
+            return cls(class_name=target.called_module, params=target.called_params)
+        return cls(class_name=target.model_class, params=target.param_count or 0) if target.model_class else None
+
 
 class BlocksSpec(Record):
     """A verification run's A/B inside one run: its fixes switched on and off by blocks of steps."""

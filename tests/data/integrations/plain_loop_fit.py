@@ -9,8 +9,18 @@ from advisor.integrations.in_process import InProcessAudit
 
 OUT = sys.argv[1]
 torch.manual_seed(0)
-model = torch.nn.Sequential(*[torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.LayerNorm(32)) for _ in range(24)])
-optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=False)
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = torch.nn.Sequential(*[torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.LayerNorm(32))
+                                          for _ in range(24)])
+
+
+net = Net()
+model = net.body  # the loop calls the part, as a LightningModule's training_step may: the fixes find it there
+optimizer = torch.optim.AdamW(net.parameters(), lr=1e-3, foreach=False)
 audit = InProcessAudit(out=f"{OUT}/reports", steps=10, budget_s=10)
 audit.start()
 steps = 0
