@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from advisor.assembly.suppression import suppress
-from advisor.cli.config import find_config, table
+from advisor.rulekit.config_file import find_config, table
 from advisor.rulekit.engine import RuleConfig
 from advisor.rulekit.rule import Finding, Layer, Location, Severity
 from advisor.rulekit.rule_page import docs_site
@@ -36,6 +36,19 @@ def test_the_nearest_pyproject_with_a_tool_advisor_table_is_the_configuration(tm
     bad = _pyproject(tmp_path / "bad", '[tool.advisor]\nignored = ["gc-pauses"]\n')
     with pytest.raises(SettingError, match=r"pyproject.toml: \[tool.advisor\] has no setting 'ignored'"):
         table(str(bad))
+
+
+def test_a_training_callback_reads_its_scripts_configuration_with_no_command_line_beside_it(tmp_path):
+    config = _pyproject(tmp_path / "project", '[tool.advisor]\nignore = ["ADV101"]\nextend-ignore = ["zero-grad"]\n'
+                                               'set = { "host-sync.min_per_step" = 3 }\ndocs-url = "https://d.example"\n')
+    script = tmp_path / "project" / "train" / "train.py"
+    script.parent.mkdir()
+    script.write_text("print('training')\n", encoding="utf-8")
+    rules = RuleConfig.from_file(str(script))
+    assert rules.config_file == str(config) and rules.configured_off == {"host-sync", "zero-grad"}
+    assert rules.docs_url == "https://d.example" and rules.overrides["host-sync"]["min_per_step"] == 3
+    bare = RuleConfig.from_file("<training>")  # run from no file (an interactive session): every rule
+    assert bare.config_file == "" and bare.configured_off == set()
 
 
 def test_select_and_ignore_take_codes_prefixes_and_slugs_and_refuse_what_names_nothing():

@@ -92,7 +92,7 @@ class InProcessAudit:
 
         run = ScriptRun(command=[sys.executable, *sys.argv], scratch=self.scratch)
         gathered = gathered_run(run, self.script, timeout=0.0)
-        rules = RuleConfig.load()
+        rules = RuleConfig.from_file(self.script)  # the training script's [tool.advisor], as advisor run reads it
         verify = self.verify and self.window.state.kind is not None
         self.report = assemble_report(gathered, rules, VerificationSettings(
             enabled=verify, budget_s=self.budget_s, note=IN_TRAINING if verify else NOT_MEASURED))
