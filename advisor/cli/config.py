@@ -18,7 +18,7 @@ import os
 
 import click
 
-from advisor.rulekit.config_file import find_config, table
+from advisor.rulekit.config_file import find_config, rule_settings, table
 from advisor.rulekit.thresholds import SettingError
 
 
@@ -35,15 +35,13 @@ def configured(options, subject: str):
         source = context.get_parameter_source(name)
         return source is not None and source.name in ("COMMANDLINE", "ENVIRONMENT")
 
-    meta = context.meta
+    meta, from_file = context.meta, rule_settings(found)
     update = {"config_file": path,
-              "select": tuple(meta.get("advisor.select") or found.get("select", ())),
-              "ignore": tuple(meta.get("advisor.ignore") or found.get("ignore", ()))
-              + tuple(meta.get("advisor.extend_ignore", ())) + tuple(found.get("extend-ignore", ())),
-              "settings": tuple(f"{key}={value}" for key, value in found.get("set", {}).items()) + options.settings,
-              "per_file_ignores": tuple((pattern, tuple(names)) for pattern, names in
-                                        found.get("per-file-ignores", {}).items()),
-              "docs_url": found.get("docs-url", "")}
+              "select": tuple(meta.get("advisor.select") or from_file["select"]),
+              "ignore": tuple(meta.get("advisor.ignore") or from_file["ignore"])
+              + tuple(meta.get("advisor.extend_ignore", ())) + from_file["extend_ignore"],
+              "settings": from_file["settings"] + options.settings,
+              "per_file_ignores": from_file["per_file_ignores"], "docs_url": from_file["docs_url"]}
     if "fail-on" in found and not from_command_line("fail_on"):
         update["fail_on"] = str(found["fail-on"])
     if "budget" in found and hasattr(options, "budget") and not from_command_line("budget"):

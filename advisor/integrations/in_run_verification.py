@@ -80,7 +80,7 @@ class InRunVerifier:
 
     def _why_whole_runs(self, findings: list[Finding], fixes: list[Finding]) -> str:
         from advisor.rulekit.rule import NotVerifiable
-        from advisor.verify.inject import fixed_target, why_not_switched
+        from advisor.verify.switched_arms import why_not_switched_here
 
         for finding in findings:
             spec = self.ruleset.get(finding.slug).fix_spec
@@ -88,14 +88,10 @@ class InRunVerifier:
                 return "no fix to switch"
             if spec.measures == "memory":
                 return "a memory fix"
-            if spec.whole_runs:
-                return spec.whole_runs
         try:
-            return why_not_switched(*fixed_target(self.window.model_copy(update={"fixes": fixes})))
+            return why_not_switched_here(self.window, self.ruleset, findings, fixes)
         except NotVerifiable as reason:
             return str(reason)
-        except Exception as broken:  # noqa: BLE001 - a fix is code too
-            return f"applying the fix raised {type(broken).__name__}"
 
     # --- the verification thread's side ------------------------------------------------------------------------
 
@@ -163,6 +159,7 @@ def outcome_of(folder: str) -> tuple[dict, dict | None] | Verification:
     import json
 
     from advisor.verify import switched_probe as switched_run
+    from advisor.verify.switched_arms import fix_not_applied
 
     def read(name: str) -> dict | None:
         path = os.path.join(folder, name)
@@ -170,10 +167,8 @@ def outcome_of(folder: str) -> tuple[dict, dict | None] | Verification:
             return None
         with open(path, encoding="utf-8") as handle:
             return json.load(handle)
-    if (refused := read("fix_refused.json")) is not None:
-        return Verification(status="not-verifiable-here", note=refused["reason"])
-    if (broken := read("fix_error.json")) is not None:
-        return Verification(status="fix-failed", note=broken["message"])
+    if (not_applied := fix_not_applied(read)) is not None:
+        return not_applied
     window = read("window.json")
     if window and window.get("switch_failed"):
         return Verification(status="fix-failed", note=f"{window['switch_failed']} (switched off at once; the training "

@@ -48,3 +48,14 @@ def table(path: str) -> dict:
     if not isinstance(found.get("docs-url", ""), str):
         raise SettingError(f"{path}: [tool.advisor] docs-url is the address of advisor's documentation site")
     return found
+
+
+def rule_settings(found: dict) -> dict:
+    """A [tool.advisor] table's rule settings in the shapes ``RuleConfig.load`` takes (``extend_ignore`` apart: the
+    command line replaces ``ignore`` but adds to it)."""
+    return {"select": tuple(found.get("select", ())), "ignore": tuple(found.get("ignore", ())),
+            "extend_ignore": tuple(found.get("extend-ignore", ())),
+            "settings": tuple(f"{key}={value}" for key, value in found.get("set", {}).items()),
+            "per_file_ignores": tuple((pattern, tuple(names)) for pattern, names in
+                                      found.get("per-file-ignores", {}).items()),
+            "docs_url": found.get("docs-url", "")}

@@ -186,16 +186,13 @@ class RuleConfig:
     def from_file(cls, subject: str) -> "RuleConfig":
         """The rules the nearest [tool.advisor] above ``subject`` configures, with no command line beside it (a
         training callback's audit); every rule where there is none."""
-        from advisor.rulekit.config_file import find_config, table
+        from advisor.rulekit.config_file import find_config, rule_settings, table
 
         path = find_config(subject) if subject and os.path.exists(subject) else ""
-        found = table(path) if path else {}
-        return cls.load(settings=[f"{key}={value}" for key, value in found.get("set", {}).items()],
-                        select=found.get("select", ()),
-                        ignore=(*found.get("ignore", ()), *found.get("extend-ignore", ())),
-                        per_file_ignores=[(pattern, tuple(names)) for pattern, names in
-                                          found.get("per-file-ignores", {}).items()],
-                        config_file=path, docs_url=found.get("docs-url", ""))
+        found = rule_settings(table(path) if path else {})
+        return cls.load(settings=found["settings"], select=found["select"],
+                        ignore=found["ignore"] + found["extend_ignore"], per_file_ignores=found["per_file_ignores"],
+                        config_file=path, docs_url=found["docs_url"])
 
     @classmethod
     def of(cls, options) -> "RuleConfig":

@@ -150,19 +150,13 @@ class RunVerifier:
             return "the candidate is another script (a patched copy or a revision), run as it is"
         if not findings:
             return "no fix to switch"
-        for finding in findings:
-            if spec := self.ruleset.get(finding.slug).fix_spec:
-                if spec.whole_runs:
-                    return spec.whole_runs
         from advisor.rulekit.rule import NotVerifiable
-        from advisor.verify.inject import fixed_target, why_not_switched
+        from advisor.verify.switched_arms import why_not_switched_here
 
         try:
-            return why_not_switched(*fixed_target(self.window.model_copy(update={"fixes": fixes})))
+            return why_not_switched_here(self.window, self.ruleset, findings, fixes)
         except NotVerifiable:
             return "the fix cannot be injected"  # the run says why (fix_refused.json)
-        except Exception as broken:  # noqa: BLE001 - a fix is code too: its run reports it
-            return f"applying the fix raised {type(broken).__name__}"
 
     def _measure_whole_runs(self, fixes: list[Finding], findings: list[Finding], tolerance: float,
                             share_s: float) -> Verification:
@@ -261,10 +255,10 @@ class RunVerifier:
                 raise RunsInterrupted(run.stopped_by)
             if (full := self.files.full(arm)) is not None:
                 return Verification(status="not-verifiable-here", note=full)
-            if (refused := run.read("fix_refused.json")) is not None:
-                return Verification(status="not-verifiable-here", note=refused["reason"])
-            if (broken := run.read("fix_error.json")) is not None:
-                return Verification(status="fix-failed", note=broken["message"])
+            from advisor.verify.switched_arms import fix_not_applied
+
+            if (not_applied := fix_not_applied(run.read)) is not None:
+                return not_applied
             window = run.read("window.json")
             ended = bool(switched and window and window.get("ended_early") and run.returncode == 0)
             if not window or not (window["samples_ms"] or ended or (window.get("blocks") or {}).get("baseline_ms")):

@@ -13,7 +13,7 @@ import math
 import time
 from typing import Protocol
 
-from advisor.rulekit.rule import Finding, Verification
+from advisor.rulekit.rule import Finding, NotVerifiable, Verification
 from advisor.run.window_spec import BlocksSpec, WindowSpec
 from advisor.verify.judging import LOADER_NOTE, MIN_PAIRS, judged, model_not_called, within
 from advisor.verify.measure import ABResult, verdict
@@ -121,3 +121,30 @@ def probe_numerics(verifier: Verifier, probe: dict | None, tolerance: float,
         fields["note"] = "; ".join((fields["note"], *probe["skipped"]))
     return failed, fields
 
+
+
+def why_not_switched_here(window: WindowSpec, ruleset, findings: list[Finding], fixes: list[Finding]) -> str:
+    """Why these fixes need whole runs of the script rather than switching inside one, by their rules' own say
+    (``fix_spec.whole_runs``) or by what the fixes change (``inject.why_not_switched``); "" when they can switch.
+    Raises NotVerifiable where a fix cannot be injected at all (each caller says that its own way)."""
+    for finding in findings:
+        if (spec := ruleset.get(finding.slug).fix_spec) and spec.whole_runs:
+            return spec.whole_runs
+    from advisor.verify.inject import fixed_target, why_not_switched
+
+    try:
+        return why_not_switched(*fixed_target(window.model_copy(update={"fixes": fixes})))
+    except NotVerifiable:
+        raise
+    except Exception as broken:  # noqa: BLE001 - a fix is code too: its run reports it
+        return f"applying the fix raised {type(broken).__name__}"
+
+
+def fix_not_applied(read) -> Verification | None:
+    """What a verification window wrote when its fix could not be applied (``read(name)``: one of its files, or
+    None): refused (the rule says why it cannot be measured here) or failed (applying it raised)."""
+    if (refused := read("fix_refused.json")) is not None:
+        return Verification(status="not-verifiable-here", note=refused["reason"])
+    if (broken := read("fix_error.json")) is not None:
+        return Verification(status="fix-failed", note=broken["message"])
+    return None
