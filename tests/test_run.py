@@ -277,7 +277,11 @@ def test_a_reinforcement_learning_loop_is_split_between_its_updates_and_its_roll
     rollout = share_finding(report, "rollout-bound")  # on a contended machine the updates may outweigh the rollout
     if rollout is not None:
         assert rollout.evidence["batch"] == 1 and rollout.evidence["calls_per_rollout"] == 256
-        assert _lines(report, "rollout-bound") == {line_of(script, "POLICY LINE")}
+        # at the model's batch-1 call; on a slower or busier machine the timer's samples of the rollout's rest also
+        # reach the count that names their lines (the loop's own: its no_grad, its environment's step)
+        [places] = [[loc.line for loc in f.locations] for f in report.findings if f.slug == "rollout-bound"]
+        loop = range(line_of(script, "for _ in range(ROLLOUT):"), line_of(script, "rewards.append(") + 1)
+        assert places[0] == line_of(script, "POLICY LINE") and all(line in loop for line in places), places
 
 
 def test_several_optimizers_make_one_step_per_iteration(tmp_path):

@@ -25,8 +25,9 @@ VERIFY_BUDGET_S = 120.0
 class InProcessAudit:
     def __init__(self, out: str = "reports", warmup_steps: int = WARMUP_STEPS, steps: int = TIMED_STEPS,
                  profile_steps: int = PROFILED_STEPS, formats: tuple[str, ...] = ("html", "json"),
-                 verify: bool = True, budget_s: float = VERIFY_BUDGET_S):
-        self.out, self.formats, self.verify, self.budget_s = out, formats, verify, budget_s
+                 verify: bool = True, budget_s: float = VERIFY_BUDGET_S, pairs: int | None = None):
+        """``pairs``: each fix measured in exactly this many pairs of blocks, whatever the time (as --pairs)."""
+        self.out, self.formats, self.verify, self.budget_s, self.pairs = out, formats, verify, budget_s, pairs
         self.script = os.path.abspath(sys.argv[0]) if sys.argv and sys.argv[0].endswith(".py") else "<training>"
         self.spec = WindowSpec(script=self.script, warmup_steps=warmup_steps, steps=steps,
                                profile_steps=profile_steps, full=True, mode="train")
@@ -95,7 +96,7 @@ class InProcessAudit:
         rules = RuleConfig.from_file(self.script)  # the training script's [tool.advisor], as advisor run reads it
         verify = self.verify and self.window.state.kind is not None
         self.report = assemble_report(gathered, rules, VerificationSettings(
-            enabled=verify, budget_s=self.budget_s, note=IN_TRAINING if verify else NOT_MEASURED))
+            enabled=verify, budget_s=self.budget_s, pairs=self.pairs, note=IN_TRAINING if verify else NOT_MEASURED))
         if self.settings is not None:
             from advisor.integrations.framework_advice import in_framework_words
 
@@ -120,5 +121,6 @@ class InProcessAudit:
             "kind": self.window.state.kind, "device": target.device, "mode": target.mode,
             "step_ms": timing.median_ms if timing is not None else None,
             "model": AuditedModel.of(target)})
-        self.verifier = InRunVerifier(known, rules.ruleset)
-        self.verifying = verify_in_training(self.report, rules, self.verifier, self.budget_s, self.write)
+        self.verifier = InRunVerifier(known, rules.ruleset, pairs=self.pairs)
+        self.verifying = verify_in_training(self.report, rules, self.verifier, None if self.pairs else self.budget_s,
+                                            self.write)

@@ -178,9 +178,10 @@ def outcome_of(folder: str) -> tuple[dict, dict | None] | Verification:
     return window, switched_run.load(folder)
 
 
-def verify_in_training(report, rules, verifier: InRunVerifier, budget_s: float,
+def verify_in_training(report, rules, verifier: InRunVerifier, budget_s: float | None,
                        written: Callable[[], None]) -> threading.Thread:
-    """The one verification method over ``report``'s findings, on a thread of its own; ``written()`` once done."""
+    """The one verification method over ``report``'s findings, on a thread of its own; ``written()`` once done.
+    ``budget_s=None``: no time limit (the verifier measures a fixed number of pairs)."""
     from advisor.assembly.verification import verify_findings
     from advisor.verify.orchestrate import measure_fixes
 

@@ -16,10 +16,13 @@ from advisor.run.window_spec import PROFILED_STEPS, TIMED_STEPS, WARMUP_STEPS
 
 class AdvisorCallback(Callback):
     def __init__(self, out: str = "reports", warmup_steps: int = WARMUP_STEPS, steps: int = TIMED_STEPS,
-                 profile_steps: int = PROFILED_STEPS, verify: bool = True, budget_s: float = VERIFY_BUDGET_S):
+                 profile_steps: int = PROFILED_STEPS, verify: bool = True, budget_s: float = VERIFY_BUDGET_S,
+                 pairs: int | None = None):
         """``verify``: measure each fix that can be switched between two steps in the training's own later steps
-        (``in_run_verification.py``); ``budget_s``: the seconds of training those measurements may take."""
-        self.audit = InProcessAudit(out, warmup_steps, steps, profile_steps, verify=verify, budget_s=budget_s)
+        (``in_run_verification.py``); ``budget_s``: the seconds of training those measurements may take; ``pairs``:
+        exactly this many pairs of blocks per fix instead, whatever the time."""
+        self.audit = InProcessAudit(out, warmup_steps, steps, profile_steps, verify=verify, budget_s=budget_s,
+                                    pairs=pairs)
 
     def on_train_start(self, trainer, pl_module):
         from advisor.integrations.framework_advice import TrainingSettings, entry_line

@@ -26,7 +26,7 @@ class Deep(pl.LightningModule):
         return torch.optim.AdamW(self.parameters(), lr=1e-3, foreach=False)
 
 
-callback = AdvisorCallback(out=f"{OUT}/reports", steps=10, budget_s=20)
+callback = AdvisorCallback(out=f"{OUT}/reports", steps=10, pairs=6)  # a fixed count of pairs: no time decides
 trainer = pl.Trainer(max_steps=3000, accelerator="cpu", logger=False, enable_checkpointing=False,
                      enable_progress_bar=False, enable_model_summary=False, callbacks=[callback])
 module = Deep()

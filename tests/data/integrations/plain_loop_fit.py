@@ -21,7 +21,7 @@ class Net(torch.nn.Module):
 net = Net()
 model = net.body  # the loop calls the part, as a LightningModule's training_step may: the fixes find it there
 optimizer = torch.optim.AdamW(net.parameters(), lr=1e-3, foreach=False)
-audit = InProcessAudit(out=f"{OUT}/reports", steps=10, budget_s=10)
+audit = InProcessAudit(out=f"{OUT}/reports", steps=10, pairs=6)  # a fixed count of pairs: no time decides
 audit.start()
 steps = 0
 while steps < 20000 and (audit.verifying is None or audit.verifying.is_alive()):
