@@ -57,6 +57,24 @@ class RolloutPlace(Record):
     samples: int = Field(default=0, description="samples taken between the model's calls, at every place")
 
 
+class LineWork(Record):
+    file: str
+    line: int
+    operators: int
+    elements: int = Field(description="the elements of its operators' tensor inputs")
+
+
+class StepWork(Record):
+    """What one profiled step asked of torch, from the trace: its operators (those the script called, not those
+    they dispatch to) and the elements of their tensor inputs, in all and by the user's line (a backward's at its
+    forward's). Work that grows from step to step is the step's own; a step that merely takes longer is not."""
+
+    step: int = Field(description="the profiled step's index in the trace")
+    operators: int
+    elements: int
+    lines: list[LineWork] = Field(default_factory=list, description="the user's lines whose operators ran, most first")
+
+
 class Outlier(Record):
     step: int
     ms: float
@@ -76,6 +94,8 @@ class StepLog(Record):
                                                                  "before any update")
     rollout_places: list[RolloutPlace] = Field(default_factory=list, description="where the time between the model's "
                                                                                  "calls went, most first")
+    profiled_work: list[StepWork] = Field(default_factory=list, description="what each profiled step asked of torch "
+                                                                            "(none without a trace)")
 
     def judged(self) -> list[LoggedStep]:
         return [step for step in self.steps if step.phase in JUDGED_PHASES]
@@ -111,6 +131,30 @@ class StepLog(Record):
         quarter = len(times) // 4
         first, third, last = median(times[:quarter]), median(times[-2 * quarter:-quarter]), median(times[-quarter:])
         return rank_correlation(times), last / first if first > 0 else 1.0, last / third if third > 0 else 1.0
+
+
+    def work_growth(self) -> bool | None:
+        """Whether the step's own work grew from each profiled step to the next (more operators, or more elements
+        in their inputs); None with fewer than two profiled steps."""
+        work = self.profiled_work
+        if len(work) < 2:
+            return None
+        pairs = list(zip(work, work[1:]))
+        return (all(b.operators > a.operators for a, b in pairs) or all(b.elements > a.elements for a, b in pairs))
+
+    def growing_line(self) -> tuple[LineWork, int] | None:
+        """The user's line whose operators' inputs grew most from the first profiled step to the last, rising at
+        each: its last step's work and its first step's elements; None where no line's work grew."""
+        work = self.profiled_work
+        if len(work) < 2:
+            return None
+        by_line = [{(w.file, w.line): w for w in step.lines} for step in work]
+        grown = []
+        for place, last in by_line[-1].items():
+            counts = [step[place].elements if place in step else 0 for step in by_line]
+            if all(later > earlier for earlier, later in zip(counts, counts[1:])):
+                grown.append((counts[-1] - counts[0], last, counts[0]))
+        return max(grown, key=lambda item: item[0])[1:] if grown else None
 
 
 def _explained(step: LoggedStep, excess_ms: float, usual: dict[str, float]) -> float:

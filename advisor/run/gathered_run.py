@@ -32,6 +32,7 @@ from advisor.run.launch import ScriptRun
 from advisor.sources import innermost_user_frame
 from advisor.trace.parse import TraceFormatError, parse_trace
 from advisor.trace.ranks import RankTrace, summarize_file
+from advisor.trace.step_work import profiled_work
 
 STEP_KINDS = {OPTIMIZER: "each optimizer step", FORWARD: "each call of the model", BACKWARD: "each backward",
               PROFILER_STEP: "each of the script's own prof.step() calls", MARKER: "each return of --step-marker"}
@@ -183,6 +184,8 @@ def _primary_evidence(run: ScriptRun, script: str, timeout: float) -> tuple[Evid
         try:
             evidence.trace = parse_trace(run.trace_path)
             evidence.flops = FlopCount.of_trace(evidence.trace)  # the script's own step, as the profiler recorded it
+            if evidence.step_log is not None:  # what each profiled step asked of torch: whether its work grows
+                evidence.step_log.profiled_work = profiled_work(evidence.trace)
         except TraceFormatError as broken:
             errors.append(StageError(stage="trace", kind="unsupported", message=str(broken)))
     if len(run.rank_folders) > 1:

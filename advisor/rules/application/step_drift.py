@@ -4,9 +4,12 @@ What it detects:
     In an ``advisor run``, step times (of the steps that ran as the script runs alone, twenty at the least) that
     rise with the step number: a rank correlation of at least ``min_correlation``, the last quarter's median step
     at least ``min_rise`` above the first quarter's and still rising over the third's (a quarter of
-    ``min_rise``: a state that fills up to a bound, such as L-BFGS's history, levels off). The cause is the part
-    of the step that rose with it: the collector's passes, the wait for data, the saves, another process's hold on
-    the CPU; else the step's own work; and the line whose operators grew most over the profiled steps.
+    ``min_rise``: a state that fills up to a bound, such as L-BFGS's history, levels off). The rise is the
+    script's only where its own causes rose with it (the collector's passes, the wait for data, the saves) or each
+    profiled step asked more of torch than the one before (more operators, or more elements in their inputs, read
+    from the trace); steps of the same work that merely took longer are the machine's pace (a short run's steps
+    wander with it), not a drift. The line named is the one whose operators' inputs grew most.
+    A rise in pure Python work that calls no operator more often is not seen.
 
 Why it matters:
     A step that gets slower as the run goes on makes a long run far longer than its first steps promise, and its
@@ -33,13 +36,14 @@ from __future__ import annotations
 from typing import Iterator
 
 from advisor.evidence import Evidence
-from advisor.machine.step_log import DRIFT_STEPS
+from advisor.machine.step_log import DRIFT_STEPS, StepLog
 from advisor.rulekit.rule import Clean, Finding, Fix, Layer, Location, Severity, Threshold, Thresholds, rule
 from advisor.sources import site_label
 from advisor.stats import rank_correlation
 
+OTHER_PROCESS = "another process's hold on the CPU"
 PARTS = (("collector_ms", "the garbage collector's passes"), ("data_wait_ms", "the wait for data"),
-         ("save_ms", "torch.save"), ("cpu_wait_ms", "another process's hold on the CPU"))
+         ("save_ms", "torch.save"), ("cpu_wait_ms", OTHER_PROCESS))
 
 
 @rule(
@@ -64,32 +68,37 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
         return
     correlation, ratio, still = drift
     rising = correlation >= th.min_correlation and still - 1.0 >= th.min_rise / 4  # not a state that filled up
-    yield ev.share_margin("rise of the step time through the run, still rising at its end",
-                          ratio - 1.0 if rising else 0.0, th.min_rise)
-    if not rising or ratio - 1.0 < th.min_rise:
-        return
     judged = log.judged()
     quarter = len(judged) // 4
-    rise = sum(s.ms for s in judged[-quarter:]) / quarter - sum(s.ms for s in judged[:quarter]) / quarter
-    grew = []
-    for quantity, name in PARTS:
-        values = [getattr(step, quantity) or 0.0 for step in judged]
-        part_rise = sum(values[-quarter:]) / quarter - sum(values[:quarter]) / quarter
-        if rise > 0 and part_rise >= 0.3 * rise and rank_correlation(values) >= 0.5:
-            grew.append(f"{name} (+{part_rise:.3g} ms of the +{rise:.3g} ms)")
+    grew = _grown_parts(judged, quarter) if rising else []
+    work_grew = log.work_growth()
+    # the rise is the script's where its own causes grew with it or each profiled step asked more of torch than the
+    # one before; steps of the same work that merely took longer (a machine's pace wandering over a short window,
+    # another process's hold) are not a drift of the script's
+    own = rising and (work_grew or any(not part.startswith(OTHER_PROCESS) for part in grew))
+    yield ev.share_margin("rise of the step time through the run with the script's own work, still rising at its "
+                          "end", ratio - 1.0 if own else 0.0, th.min_rise)
+    if rising and not own and ratio - 1.0 >= th.min_rise:
+        yield Clean(why=f"the step time rose {ratio:.2f}x through the run, but {_same_work(log, work_grew)} and "
+                        "none of the collector's passes, the wait for data or the saves rose with it: the machine's "
+                        "pace, not the script's")
+    if not own or ratio - 1.0 < th.min_rise:
+        return
     why = ", ".join(grew) or "the step's own work (what the loop keeps across steps grows)"
-    place = _growing_line(ev)  # the operators that grew, whatever else rose with them
-    if place is not None:
-        why += (f"; of its operators, those at {site_label(place[0], place[1])} grew most (+{place[2]:.3g} ms a step over "
-                "the profiled steps)")
+    grown = log.growing_line()
+    if grown is not None:
+        line, first = grown
+        why += (f"; of its operators, those at {site_label(line.file, line.line)} grew most (their inputs from "
+                f"{first:,} to {line.elements:,} elements over the profiled steps)")
     yield Finding(
         message=(f"the step time rises through the run: the last {quarter} judged steps' median is {ratio:.2f}x the "
                  f"first {quarter}'s (rank correlation {correlation:.2f} over {len(judged)} steps); it grew with {why}"),
         impact=min(1.0, ratio - 1.0),
         evidence={"rank_correlation": round(correlation, 3), "last_over_first_quarter": round(ratio, 3),
-                  "last_over_third_quarter": round(still, 3),
-                  "judged_steps": len(judged), "grew_with": grew},
-        locations=[Location.at(place[0], place[1], note=f"+{place[2]:.3g} ms a step")] if place else [],
+                  "last_over_third_quarter": round(still, 3), "judged_steps": len(judged), "grew_with": grew,
+                  "work_grew": work_grew},
+        locations=[Location.at(grown[0].file, grown[0].line, note=f"inputs {grown[1]:,} -> {grown[0].elements:,} "
+                                                                   "elements") ] if grown else [],
         fix=Fix(summary="keep what the loop accumulates as plain numbers or in preallocated tensors; drop old "
                         "steps' tensors (loss.item(), not loss)",
                 before="losses.append(loss)", after="losses.append(loss.item())",
@@ -97,24 +106,21 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     )
 
 
-def _growing_line(ev: Evidence) -> tuple[str, int, float] | None:
-    """The user's line whose operators' time grew most from the first profiled step to the last (its backward
-    counted at its forward's line), with that growth per step in ms; None without two profiled steps or growth.
-    A line is named only where its time rose from each profiled step to the next: over a few steps on a loaded
-    machine one difference can be another process's noise (a normalize's line once outgrew the growing bank's)."""
-    trace = ev.trace
-    if trace is None or len(trace.steps) < 2:
-        return None
-    count = len(trace.steps)  # an op's step is its index in trace.steps
-    by_line: dict[tuple[str, int], list[float]] = {}
-    for op in trace.top_ops():
-        ref = op.src or op.grad_of
-        if ref is None or op.step is None:
-            continue
-        by_line.setdefault((ref.file, ref.line), [0.0] * count)[op.step] += op.dur
-    rising = {place: times[-1] - times[0] for place, times in by_line.items()
-              if all(later > earlier for earlier, later in zip(times, times[1:]))}
-    if not rising:
-        return None
-    (file, line), grown_us = max(rising.items(), key=lambda item: item[1])
-    return (file, line, grown_us / (count - 1) / 1000) if grown_us > 0 else None
+def _grown_parts(judged: list, quarter: int) -> list[str]:
+    """The timed parts of the step that rose with it (at least 0.3 of its rise, in step with it), with their rise."""
+    rise = sum(s.ms for s in judged[-quarter:]) / quarter - sum(s.ms for s in judged[:quarter]) / quarter
+    grew = []
+    for quantity, name in PARTS:
+        values = [getattr(step, quantity) or 0.0 for step in judged]
+        part_rise = sum(values[-quarter:]) / quarter - sum(values[:quarter]) / quarter
+        if rise > 0 and part_rise >= 0.3 * rise and rank_correlation(values) >= 0.5:
+            grew.append(f"{name} (+{part_rise:.3g} ms of the +{rise:.3g} ms)")
+    return grew
+
+
+def _same_work(log: StepLog, work_grew: bool | None) -> str:
+    if work_grew is None:
+        return "no two profiled steps show whether the step's own work grew"
+    first = log.profiled_work[0]
+    return (f"each of the {len(log.profiled_work)} profiled steps asked the same of torch or less ({first.operators} "
+            f"operators on {first.elements:,} input elements in the first)")
