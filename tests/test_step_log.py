@@ -78,6 +78,8 @@ def test_the_script_side_log_times_each_step_and_its_saves(tmp_path):
         log.step_ended(window, 0.0)  # the first step: its start is not known
         log.step_started()
         window.waiting = 0.002
+        weight = torch.ones(3, requires_grad=True)
+        (weight * 2).sum().backward()  # two operators recorded for backward (mul, sum)
         torch.save({"w": torch.zeros(1000)}, tmp_path / "w.pt")
         log.step_ended(window, __import__("time").perf_counter())
     finally:
@@ -85,7 +87,7 @@ def test_the_script_side_log_times_each_step_and_its_saves(tmp_path):
         window.collector.remove()
     [step] = log.steps
     assert step["step"] == 2 and step["phase"] == "warm-up" and step["data_wait_ms"] == 2.0
-    assert 0 < step["save_ms"] <= step["ms"] and step["compiled_frames"] == 0
+    assert 0 < step["save_ms"] <= step["ms"] and step["compiled_frames"] == 0 and step["autograd_nodes"] == 2
     from advisor.machine.procfs import thread_run_delay_s
 
     if thread_run_delay_s() is None:  # no /proc/thread-self/schedstat here: said as unknown, never as 0

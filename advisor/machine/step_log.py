@@ -37,6 +37,8 @@ class LoggedStep(Record):
     save_ms: float = 0.0
     cpu_wait_ms: float | None = Field(default=None, description="the step's thread waiting for a CPU held elsewhere")
     compiled_frames: int = 0
+    autograd_nodes: int | None = Field(default=None, description="operators the step's thread recorded for backward "
+                                                                 "(unknown where torch does not count them)")
     evaluation: bool = False
     inference_forwards: int = Field(default=0, description="calls of the model without grad (from the warm-up's end)")
     inference_ms: float = Field(default=0.0, description="their time")
@@ -141,6 +143,18 @@ class StepLog(Record):
             return None
         pairs = list(zip(work, work[1:]))
         return (all(b.operators > a.operators for a, b in pairs) or all(b.elements > a.elements for a, b in pairs))
+
+    def nodes_growth(self) -> tuple[float, float] | None:
+        """Over the judged steps, where each counted its autograd nodes: the first and the last quarter's mean count
+        a step, where the count rose with the step number (a rank correlation of 0.5, the last quarter 5% above the
+        first: an adaptive solver's evaluations, a loop over a growing list); None otherwise."""
+        counts = [step.autograd_nodes for step in self.judged()]
+        quarter = len(counts) // 4
+        if not quarter or any(count is None for count in counts):
+            return None
+        first, last = sum(counts[:quarter]) / quarter, sum(counts[-quarter:]) / quarter
+        grew = rank_correlation([float(count) for count in counts]) >= 0.5 and last >= 1.05 * first and last > 0
+        return (first, last) if grew else None
 
     def growing_line(self) -> tuple[LineWork, int] | None:
         """The user's line whose operators' inputs grew most from the first profiled step to the last, rising at

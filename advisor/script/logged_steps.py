@@ -4,7 +4,8 @@ The window times a few steps alike; a step that stands out (a checkpoint, an eva
 garbage collector, a recompilation, a wait for data, another process on the CPUs) is what the user sees as a
 stall. Each step's end records, from the step's start (the previous step's end, advisor's own work between the
 two left out): its wall time with the wait for data, that wait, the collector's passes, the time in
-``torch.save``, Dynamo's frames compiled, the time the step's thread waited for a CPU other processes held
+``torch.save``, Dynamo's frames compiled, the autograd nodes the step's thread made (its operators recorded for
+backward: more of them, more work), the time the step's thread waited for a CPU other processes held
 (``/proc/thread-self/schedstat``), whether it held an evaluation, the model's calls without grad in it (a
 rollout: ``inference_calls.py``), and what advisor did in it (warm-up,
 timed, profiled, watched): the ``step-outliers`` and ``step-drift`` rules read it. With ``--full`` the steps
@@ -30,6 +31,7 @@ class StepRecorder:
         self.saving_s = 0.0
         self.waited_at_start = thread_run_delay_s()
         self.compiled_at_start = 0
+        self.nodes_at_start: int | None = None
         self.started: float | None = None
         self.number = 0  # steps of the window's kind ended so far, evaluations among them
 
@@ -52,6 +54,7 @@ class StepRecorder:
         self.saving_s = 0.0
         self.waited_at_start = thread_run_delay_s()
         self.compiled_at_start = _frames_compiled()
+        self.nodes_at_start = _autograd_nodes()
         self.started = time.perf_counter()
         return self.started
 
@@ -64,7 +67,7 @@ class StepRecorder:
         from advisor.files import intercept
 
         kept = getattr(intercept.LAYER, "spent", 0.0) - state.journal_spent  # advisor's copies of changed files
-        waited = thread_run_delay_s()
+        waited, nodes = thread_run_delay_s(), _autograd_nodes()
         self.steps.append({
             "step": self.number, "phase": _phase(state), "ms": round((now - self.started - kept) * 1000, 4),
             "data_wait_ms": round(state.waiting * 1000, 4), "collector_ms": round(state.collector.step_ms, 4),
@@ -72,6 +75,8 @@ class StepRecorder:
             "cpu_wait_ms": round(max(0.0, waited - self.waited_at_start) * 1000, 4) if waited is not None
             and self.waited_at_start is not None else None,
             "compiled_frames": _frames_compiled() - self.compiled_at_start, "evaluation": bool(state.evaluating),
+            "autograd_nodes": nodes - self.nodes_at_start if nodes is not None and self.nodes_at_start is not None
+            else None,
             **state.inference.take()})
 
 
@@ -85,6 +90,15 @@ def _phase(state: Any) -> str:
     if number <= state.warmup + state.steps:
         return "timed"
     return "profiled" if number <= state.warmup + state.steps + state.profile_steps else "watched"
+
+
+def _autograd_nodes() -> int | None:
+    """The autograd nodes this thread has made so far (a counter torch keeps for the profiler's sequence numbers:
+    one per operator recorded for backward), None where this torch does not expose it."""
+    import torch
+
+    counter = getattr(torch._C._autograd, "_get_sequence_nr", None)
+    return int(counter()) if counter is not None else None
 
 
 def _frames_compiled() -> int:

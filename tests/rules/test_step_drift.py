@@ -52,6 +52,13 @@ def test_a_rise_the_steps_work_does_not_carry_is_the_machines_pace_not_a_drift()
     growing.step_log.profiled_work = _work(50_000, 60_000, 70_000)
     [finding], _ = _run(growing, "step-drift")
     assert [loc.line for loc in finding.locations] == [12] and "from 49,000 to 69,000 elements" in finding.message
+    solver = _logged(times, autograd_nodes=[722] * 8 + [886] * 6 + [1017, 886, 1050, 1050, 886, 1181])
+    solver.step_log.profiled_work = _work(50_000, 48_000, 50_000)  # torchdiffeq's adaptive solver: its evaluations
+    [finding], _ = _run(solver, "step-drift")  # vary between the profiled steps and grow through the run
+    assert finding.evidence["grew_with"] == ["the operators it records for backward (722 -> 1011 a step)"]
+    constant = _logged(times, autograd_nodes=[24] * 20)  # gan_train's every step: 24 nodes
+    constant.step_log.profiled_work = _work(50_000, 50_000, 50_000)
+    assert _run(constant, "step-drift")[0] == []
     more_operators = _logged(times)
     more_operators.step_log.profiled_work = _work(50_000, 50_000, 50_000)
     for count, step in zip((40, 44, 48), more_operators.step_log.profiled_work):

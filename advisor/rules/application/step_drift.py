@@ -5,11 +5,12 @@ What it detects:
     rise with the step number: a rank correlation of at least ``min_correlation``, the last quarter's median step
     at least ``min_rise`` above the first quarter's and still rising over the third's (a quarter of
     ``min_rise``: a state that fills up to a bound, such as L-BFGS's history, levels off). The rise is the
-    script's only where its own causes rose with it (the collector's passes, the wait for data, the saves) or each
-    profiled step asked more of torch than the one before (more operators, or more elements in their inputs, read
-    from the trace); steps of the same work that merely took longer are the machine's pace (a short run's steps
-    wander with it), not a drift. The line named is the one whose operators' inputs grew most.
-    A rise in pure Python work that calls no operator more often is not seen.
+    script's only where its own causes rose with it (the collector's passes, the wait for data, the saves), where
+    its steps recorded more operators for backward as the run went on (torch's count of autograd nodes, each
+    step's: an adaptive solver's evaluations), or where each profiled step asked more of torch than the one before
+    (more operators, or more elements in their inputs, read from the trace). Steps of the same work that merely
+    took longer are the machine's pace (a short run's steps wander with it), not a drift. The line named is the
+    one whose operators' inputs grew most. A rise in pure Python work that calls no more operators is not seen.
 
 Why it matters:
     A step that gets slower as the run goes on makes a long run far longer than its first steps promise, and its
@@ -71,11 +72,13 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
     judged = log.judged()
     quarter = len(judged) // 4
     grew = _grown_parts(judged, quarter) if rising else []
-    work_grew = log.work_growth()
-    # the rise is the script's where its own causes grew with it or each profiled step asked more of torch than the
-    # one before; steps of the same work that merely took longer (a machine's pace wandering over a short window,
-    # another process's hold) are not a drift of the script's
-    own = rising and (work_grew or any(not part.startswith(OTHER_PROCESS) for part in grew))
+    work_grew, nodes = log.work_growth(), log.nodes_growth()
+    if nodes is not None:
+        grew.append(f"the operators it records for backward ({nodes[0]:.0f} -> {nodes[1]:.0f} a step)")
+    # the rise is the script's where its own causes grew with it, its steps recorded more operators as the run went
+    # on, or each profiled step asked more of torch than the one before; steps of the same work that merely took
+    # longer (a machine's pace wandering over a short window, another process's hold) are not a drift of the script's
+    own = rising and (bool(work_grew) or any(not part.startswith(OTHER_PROCESS) for part in grew))
     yield ev.share_margin("rise of the step time through the run with the script's own work, still rising at its "
                           "end", ratio - 1.0 if own else 0.0, th.min_rise)
     if rising and not own and ratio - 1.0 >= th.min_rise:
@@ -120,7 +123,9 @@ def _grown_parts(judged: list, quarter: int) -> list[str]:
 
 def _same_work(log: StepLog, work_grew: bool | None) -> str:
     if work_grew is None:
-        return "no two profiled steps show whether the step's own work grew"
+        return "no two profiled steps show whether the step's own work grew, its steps recorded no more operators "\
+               "for backward as the run went on"
     first = log.profiled_work[0]
     return (f"each of the {len(log.profiled_work)} profiled steps asked the same of torch or less ({first.operators} "
-            f"operators on {first.elements:,} input elements in the first)")
+            f"operators on {first.elements:,} input elements in the first), its steps recorded no more operators "
+            "for backward as the run went on")
