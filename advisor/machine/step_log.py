@@ -134,7 +134,6 @@ class StepLog(Record):
         first, third, last = median(times[:quarter]), median(times[-2 * quarter:-quarter]), median(times[-quarter:])
         return rank_correlation(times), last / first if first > 0 else 1.0, last / third if third > 0 else 1.0
 
-
     def work_growth(self) -> bool | None:
         """Whether the step's own work grew from each profiled step to the next (more operators, or more elements
         in their inputs); None with fewer than two profiled steps."""
@@ -142,7 +141,7 @@ class StepLog(Record):
         if len(work) < 2:
             return None
         pairs = list(zip(work, work[1:]))
-        return (all(b.operators > a.operators for a, b in pairs) or all(b.elements > a.elements for a, b in pairs))
+        return all(b.operators > a.operators for a, b in pairs) or all(b.elements > a.elements for a, b in pairs)
 
     def nodes_growth(self) -> tuple[float, float] | None:
         """Over the judged steps, where each counted its autograd nodes: the first and the last quarter's mean count
