@@ -9,7 +9,8 @@ from torch import nn
 
 def get_model():
     torch.manual_seed(0)
-    return nn.Sequential(nn.Linear(512, 2048), nn.ReLU(), nn.Linear(2048, 512)).to(torch.bfloat16).eval()
+    model = nn.Sequential(nn.Linear(512, 2048), nn.ReLU(), nn.Linear(2048, 512))
+    return model.to(torch.bfloat16).eval()  # expect where bf16 is emulated: slow-precision
 
 
 def get_inputs():

@@ -18,7 +18,7 @@ class TunedMLP(nn.Module):
         )
 
     def forward(self, x):
-        with torch.autocast(device_type=x.device.type, dtype=torch.bfloat16):
+        with torch.autocast(device_type=x.device.type, dtype=torch.bfloat16):  # expect where bf16 is emulated: slow-precision
             return self.layers(x).float()
 
 

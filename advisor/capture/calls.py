@@ -143,7 +143,7 @@ def static_sites(path: str) -> list[CallSite]:
     lines = source.splitlines()
     found: dict[tuple[str, int], CallSite] = {}
     for node in ast.walk(tree):
-        if not isinstance(node, ast.Call) or (api := _static_api(node.func)) is None:
+        if not isinstance(node, ast.Call) or (api := _static_api(node.func) or _dtype_named(node)) is None:
             continue
         if (api, node.lineno) in found:
             found[(api, node.lineno)].count += 1
@@ -170,6 +170,24 @@ def _static_api(func: ast.expr) -> str | None:
     for suffix, api in _STATIC.items():
         if names[-len(suffix):] == suffix:
             return api
+    return None
+
+
+SLOW_DTYPE_NAMES = {"bfloat16": "bfloat16", "float16": "float16", "half": "float16", "float64": "float64",
+                    "double": "float64"}
+
+
+def _dtype_named(call: ast.Call) -> str | None:
+    """A call that names a dtype slow-precision judges: ``.to(torch.bfloat16)`` (a module's or a tensor's cast),
+    ``dtype=torch.bfloat16`` (a factory's or a cast's keyword); as ``to(torch.bfloat16)`` or
+    ``dtype=torch.bfloat16``, the dtype as torch names it."""
+    named = [keyword.value for keyword in call.keywords if keyword.arg == "dtype"]
+    is_to = isinstance(call.func, ast.Attribute) and call.func.attr == "to"
+    for value in named + (list(call.args) if is_to else []):
+        dotted = _dotted(value) if isinstance(value, (ast.Attribute, ast.Name)) else ()
+        if len(dotted) == 2 and dotted[0] == "torch" and dotted[1] in SLOW_DTYPE_NAMES:
+            dtype = SLOW_DTYPE_NAMES[dotted[1]]
+            return f"to(torch.{dtype})" if is_to and value not in named else f"dtype=torch.{dtype}"
     return None
 
 

@@ -177,6 +177,21 @@ def test_bf16_weights_on_an_emulating_cpu_are_found_at_the_cast_and_its_reorders
     assert copies(evidence) < copies(native)  # the emulated convolutions' reorders: not the user's layout
 
 
+def test_a_dtype_named_in_a_cast_or_a_factory_is_where_bf16_came_in():
+    """bf16_weights casts its model with .to(torch.bfloat16) and makes its inputs with dtype=torch.bfloat16 (recorded
+    where bf16 is native: silent); against the roofs of a CPU that emulates bf16 (60x below float32's, as an AVX2
+    EPYC measured 3.24 GFLOP/s against 204) the finding is placed at both, the cast first."""
+    evidence = saved_evidence("bf16_weights")
+    assert check_rule("slow-precision", evidence) == []
+    emulated = _with_roofs(evidence, bfloat16=evidence.peaks.flops_per_s["float32"] / 60)
+    [finding] = check_rule("slow-precision", emulated)
+    path = SAMPLES / "bf16_weights.py"
+    assert [(loc.line, loc.note) for loc in finding.locations[:2]] == [
+        (line_of(path, "return model.to(torch.bfloat16)"), ".to(torch.bfloat16): where bfloat16 may come from"),
+        (line_of(path, "dtype=torch.bfloat16)"), "dtype=torch.bfloat16: where bfloat16 may come from")]
+    assert "(the model's parameters) from .to(torch.bfloat16) at bf16_weights.py:" in finding.message
+
+
 @pytest.mark.slow
 def test_bf16_weights_as_float32_are_measured_with_the_results_within_bf16s_rounding():
     [finding] = check_rule("slow-precision", saved_evidence("bf16_depthwise_cnn"))

@@ -11,8 +11,9 @@ What it detects:
     thirty-second or less on inference GPUs (A10, L4, T4), though at float32's on an A100's or H100's FP64
     tensor cores. Where a GPU's roofs could not be measured its datasheet's stand in; a dtype the datasheet
     omits is not judged.
-    Placed at the ``torch.autocast`` call that chose the precision where one did, and at the lines of
-    the operators.
+    Placed at the ``torch.autocast`` call that chose the precision where one did, else at the lines of the
+    model file that bring the dtype in (``.bfloat16()``, ``.half()``, ``.double()``, ``torch.from_numpy``,
+    ``.to(torch.bfloat16)``, a factory's ``dtype=torch.bfloat16``), and at the lines of the operators.
 
 Why it matters:
     Code written for a GPU or a bf16-capable CPU (``torch.autocast("cpu", dtype=torch.bfloat16)``,
@@ -67,9 +68,11 @@ from advisor.trace.roofline import operator_rates
 
 SLOW_DTYPES = ("bfloat16", "float16", "float64")
 COMPUTE = MATMUL_OPS | CONV_OPS | ROOF_ATTENTION | ROOF_ATTENTION_BACKWARD
-CASTS = {"float64": ("torch.from_numpy", "double"), "bfloat16": ("bfloat16",), "float16": ("half",)}  # in the source
+CASTS = {dtype: calls + (f"to(torch.{dtype})", f"dtype=torch.{dtype}")  # in the source (capture/calls.py)
+         for dtype, calls in (("float64", ("torch.from_numpy", "double")), ("bfloat16", ("bfloat16",)),
+                              ("float16", ("half",)))}
 CALLED = {"double": ".double()", "torch.from_numpy": "torch.from_numpy()", "bfloat16": ".bfloat16()",
-          "half": ".half()"}  # the calls that bring the dtype in, as written
+          "half": ".half()", **{f"to(torch.{dtype})": f".to(torch.{dtype})" for dtype in SLOW_DTYPES}}  # as written
 DOCS = ["https://pytorch.org/docs/stable/amp.html#cpu-training-only",
         "https://pytorch.org/docs/stable/notes/numerical_accuracy.html"]
 
