@@ -190,6 +190,17 @@ def test_a_dtype_named_in_a_cast_or_a_factory_is_where_bf16_came_in():
         (line_of(path, "return model.to(torch.bfloat16)"), ".to(torch.bfloat16): where bfloat16 may come from"),
         (line_of(path, "dtype=torch.bfloat16)"), "dtype=torch.bfloat16: where bfloat16 may come from")]
     assert "(the model's parameters) from .to(torch.bfloat16) at bf16_weights.py:" in finding.message
+    # closure_lstm makes its states with dtype=torch.double in its forward (4 lines) after .double() cast the model
+    # and torch.from_numpy brought its data in: the casts are named first, the factories after
+    from advisor.evidence import CallSite
+
+    lstm = saved_evidence("closure_lstm")
+    path = SAMPLES / "closure_lstm.py"
+    states = [CallSite(api="dtype=torch.float64", file=str(path), line=line, code="", runtime=False)
+              for line in range(25, 29)]
+    with_states = lstm.model_copy(update={"calls": states + list(lstm.calls or [])})
+    [finding] = check_rule("slow-precision", with_states)
+    assert line_of(path, "return Sequence().double()") in [loc.line for loc in finding.locations[:3]]
 
 
 @pytest.mark.slow

@@ -123,7 +123,9 @@ def check(ev: Evidence, th: Thresholds) -> Iterator[Finding]:
                if site.arguments.get("self.fast_dtype") == f"torch.{dtype}" and site.arguments.get("self._enabled")
                != "False"]
     autocast = ev.target.autocast == dtype or bool(regions)
-    chosen = regions if autocast else ev.call_sites(*CASTS[dtype])
+    # the casts of the model and its inputs first (a factory's dtype= inside the forward usually follows them)
+    chosen = regions if autocast else sorted(ev.call_sites(*CASTS[dtype]),
+                                             key=lambda site: (site.api.startswith("dtype="), site.line))
     peaks = ev.peaks
     in_parameters = _mostly(ev.target.param_dtypes, dtype)
     cause = ("an autocast region" + (f" at {site_label(chosen[0].file, chosen[0].line)}" if chosen else "")
