@@ -124,3 +124,16 @@ class InProcessAudit:
         self.verifier = InRunVerifier(known, rules.ruleset, pairs=self.pairs)
         self.verifying = verify_in_training(self.report, rules, self.verifier, None if self.pairs else self.budget_s,
                                             self.write)
+
+
+class AuditingCallback:
+    """What both frameworks' callbacks hold (mixed in before the framework's own base): the audit, configured alike."""
+
+    def __init__(self, out: str = "reports", warmup_steps: int = WARMUP_STEPS, steps: int = TIMED_STEPS,
+                 profile_steps: int = PROFILED_STEPS, verify: bool = True, budget_s: float = VERIFY_BUDGET_S,
+                 pairs: int | None = None):
+        """``verify``: measure each fix that can be switched between two steps in the training's own later steps
+        (``in_run_verification.py``); ``budget_s``: the seconds of training those measurements may take; ``pairs``:
+        exactly this many pairs of blocks per fix instead, whatever the time."""
+        self.audit = InProcessAudit(out, warmup_steps, steps, profile_steps, verify=verify, budget_s=budget_s,
+                                    pairs=pairs)

@@ -10,20 +10,10 @@ try:
 except ImportError:  # the standalone package's name
     from pytorch_lightning import Callback
 
-from advisor.integrations.in_process import VERIFY_BUDGET_S, InProcessAudit
-from advisor.run.window_spec import PROFILED_STEPS, TIMED_STEPS, WARMUP_STEPS
+from advisor.integrations.in_process import AuditingCallback
 
 
-class AdvisorCallback(Callback):
-    def __init__(self, out: str = "reports", warmup_steps: int = WARMUP_STEPS, steps: int = TIMED_STEPS,
-                 profile_steps: int = PROFILED_STEPS, verify: bool = True, budget_s: float = VERIFY_BUDGET_S,
-                 pairs: int | None = None):
-        """``verify``: measure each fix that can be switched between two steps in the training's own later steps
-        (``in_run_verification.py``); ``budget_s``: the seconds of training those measurements may take; ``pairs``:
-        exactly this many pairs of blocks per fix instead, whatever the time."""
-        self.audit = InProcessAudit(out, warmup_steps, steps, profile_steps, verify=verify, budget_s=budget_s,
-                                    pairs=pairs)
-
+class AdvisorCallback(AuditingCallback, Callback):
     def on_train_start(self, trainer, pl_module):
         from advisor.integrations.framework_advice import TrainingSettings, entry_line
 

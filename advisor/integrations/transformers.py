@@ -7,24 +7,14 @@ from __future__ import annotations
 
 from transformers import TrainerCallback
 
-from advisor.integrations.in_process import VERIFY_BUDGET_S, InProcessAudit
-from advisor.run.window_spec import PROFILED_STEPS, TIMED_STEPS, WARMUP_STEPS
+from advisor.integrations.in_process import AuditingCallback
 
 # the TrainingArguments the advice reads: what the training runs with before it is told to change
 SETTINGS = ("bf16", "fp16", "tf32", "torch_compile", "dataloader_num_workers", "dataloader_pin_memory",
             "ddp_find_unused_parameters", "logging_nan_inf_filter")
 
 
-class AdvisorCallback(TrainerCallback):
-    def __init__(self, out: str = "reports", warmup_steps: int = WARMUP_STEPS, steps: int = TIMED_STEPS,
-                 profile_steps: int = PROFILED_STEPS, verify: bool = True, budget_s: float = VERIFY_BUDGET_S,
-                 pairs: int | None = None):
-        """``verify``: measure each fix that can be switched between two steps in the training's own later steps
-        (``in_run_verification.py``); ``budget_s``: the seconds of training those measurements may take; ``pairs``:
-        exactly this many pairs of blocks per fix instead, whatever the time."""
-        self.audit = InProcessAudit(out, warmup_steps, steps, profile_steps, verify=verify, budget_s=budget_s,
-                                    pairs=pairs)
-
+class AdvisorCallback(AuditingCallback, TrainerCallback):
     def on_train_begin(self, args, state, control, **kwargs):
         from advisor.integrations.framework_advice import TrainingSettings, entry_line
 
